@@ -1,0 +1,123 @@
+"""Hardware: one machine as plain data, loaded from a YAML preset.
+
+The performance model (DESIGN.md, Simulator) needs only rates and capacities:
+device memory, sustained compute rate, device memory bandwidth, host<->device
+bandwidth per direction, the host's optimizer-update rate, and the network.
+Presets live in karma/presets/*.yaml with the source of every figure in a
+comment; users pass their own file by path. Units in the file are the ones
+datasheets use (GB, TFLOP/s, GB/s, us); the dataclass holds SI units
+(bytes, FLOP/s, bytes/s, s) so that formulas need no conversion.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from karma.errors import KarmaError
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+GB = 1e9
+#: field in the file -> (field in Hardware, factor to SI). Every one is required.
+FIELDS = {
+    "device_memory_gb": ("device_memory", GB),
+    "sustained_tflops": ("flops", 1e12),
+    "device_memory_bw_gbs": ("memory_bw", GB),
+    "h2d_gbs": ("h2d_bw", GB),
+    "d2h_gbs": ("d2h_bw", GB),
+    "host_update_gbs": ("host_update_bw", GB),
+    "kernel_launch_us": ("kernel_launch", 1e-6),
+    "gpus_per_node": ("gpus_per_node", 1),
+    "intra_node_gbs": ("intra_node_bw", GB),
+    "intra_node_latency_us": ("intra_node_latency", 1e-6),
+    "inter_node_gbs": ("inter_node_bw", GB),
+    "inter_node_latency_us": ("inter_node_latency", 1e-6),
+}
+OPTIONAL = {"link_duplex": "full", "description": ""}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One node type. Rates are sustained (achievable) figures, not peaks.
+
+    `host_update_bw` is the bytes per second the host optimizer streams
+    through memory (an Adam step touches ~7 fp32 values per parameter);
+    `link_duplex` is 'full' (PCIe, NVLink-C2C: both directions at once) or
+    'half' (one shared direction).
+    """
+
+    name: str
+    device_memory: float
+    flops: float
+    memory_bw: float
+    h2d_bw: float
+    d2h_bw: float
+    host_update_bw: float
+    kernel_launch: float
+    gpus_per_node: int
+    intra_node_bw: float
+    intra_node_latency: float
+    inter_node_bw: float
+    inter_node_latency: float
+    link_duplex: str = "full"
+    description: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Hardware:
+        return cls(**data)
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def _number(raw, key: str, where: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw <= 0:
+        raise KarmaError(f"{where}: field '{key}' must be a positive number, got {raw!r}")
+    return float(raw)
+
+
+def parse(data, name: str, where: str) -> Hardware:
+    """Validate a mapping read from a preset file; one-line error naming the field."""
+    if not isinstance(data, dict):
+        raise KarmaError(f"{where}: expected a mapping of fields, got {type(data).__name__}")
+    unknown = set(data) - set(FIELDS) - set(OPTIONAL) - {"name"}
+    if unknown:
+        raise KarmaError(f"{where}: unknown field '{sorted(unknown)[0]}'; valid: {', '.join(sorted(FIELDS))}")
+    values = {}
+    for key, (attr, factor) in FIELDS.items():
+        if key not in data:
+            raise KarmaError(f"{where}: missing field '{key}'")
+        values[attr] = _number(data[key], key, where) * factor
+    values["gpus_per_node"] = int(values["gpus_per_node"])
+    if values["gpus_per_node"] != data["gpus_per_node"]:
+        raise KarmaError(f"{where}: field 'gpus_per_node' must be an integer, got {data['gpus_per_node']!r}")
+    duplex = data.get("link_duplex", OPTIONAL["link_duplex"])
+    if duplex not in ("full", "half"):
+        raise KarmaError(f"{where}: field 'link_duplex' must be 'full' or 'half', got {duplex!r}")
+    return Hardware(name=str(data.get("name", name)), link_duplex=duplex,
+                    description=str(data.get("description", "")), **values)
+
+
+def load(name_or_path: str | Path) -> Hardware:
+    """A preset by name (see preset_names()) or a user's YAML file by path."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = PRESET_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            raise KarmaError(f"unknown hardware '{name_or_path}'; valid: {', '.join(preset_names())} "
+                             "or a path to a .yaml file")
+    elif not path.exists():
+        raise KarmaError(f"hardware file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise KarmaError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    return parse(data, path.stem, str(path))

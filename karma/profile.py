@@ -1,0 +1,181 @@
+"""Profile: the per-unit costs of one ChainModel at one batch size.
+
+Two sources fill the same type (DESIGN.md): `analytic` (built on the meta
+device, FLOPs and bytes counted, times from a Hardware's rates) and
+`measured` (timed on the local device). The planner and the simulator read
+only this type, so they never care where the numbers came from; every
+profile says it in `source` and `device`.
+
+Memory terms follow what PyTorch keeps alive during training:
+weights, their gradients and the optimizer state (momentum: 1x the
+weights, Adam: 2x), buffers (BatchNorm statistics), the tensors each unit
+saves for backward, and the transients of a unit's backward (its output
+gradient, its input gradient and the largest intermediate).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from karma.errors import KarmaError
+
+VERSION = 1
+#: bytes of optimizer state per byte of weights (SGD with momentum: the momentum
+#: buffer; Adam: first and second moments, Kingma & Ba 2015).
+OPTIMIZER_STATE_FACTOR = {"sgd": 1, "adam": 2}
+
+
+@dataclass(frozen=True)
+class UnitProfile:
+    """Costs of one unit. Times in seconds, sizes in bytes, work in FLOPs.
+
+    `saved_input_bytes` / `saved_output_bytes` are the parts of `saved_bytes`
+    that are the unit's input / output storage: when unit i saves its output
+    and unit i+1 saves its input, it is one tensor and must be counted once.
+    `workspace_bytes` is the largest single tensor an operator of the unit
+    produces (forward or backward): a lower bound of the transient memory
+    beyond the saved tensors and the input/output gradients.
+    """
+
+    name: str
+    forward_time: float
+    backward_time: float
+    forward_flops: float
+    backward_flops: float
+    forward_bytes: float
+    backward_bytes: float
+    saved_bytes: int
+    saved_input_bytes: int
+    saved_output_bytes: int
+    input_bytes: int
+    output_bytes: int
+    param_bytes: int
+    buffer_bytes: int
+    optimizer_bytes: int
+    workspace_bytes: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    model: str
+    size: str
+    batch: int
+    source: str
+    device: str
+    optimizer: str
+    units: tuple[UnitProfile, ...]
+    dtype: str = "float32"
+    note: str = ""
+
+    def __post_init__(self):
+        if self.source not in ("analytic", "measured"):
+            raise KarmaError(f"profile source must be 'analytic' or 'measured', got {self.source!r}")
+        if not self.units:
+            raise KarmaError("a profile needs at least one unit")
+
+    @property
+    def label(self) -> str:
+        """Where the numbers come from, for every table row (DESIGN.md)."""
+        word = "simulated" if self.source == "analytic" else "measured"
+        return f"{self.source} ({word} on {self.device})"
+
+    def param_bytes(self) -> int:
+        return sum(u.param_bytes for u in self.units)
+
+    def weight_state_bytes(self) -> int:
+        """Weights + gradients + optimizer state + buffers."""
+        return sum(2 * u.param_bytes + u.optimizer_bytes + u.buffer_bytes for u in self.units)
+
+    def shared_boundary_bytes(self, i: int) -> int:
+        """Bytes of unit i's output counted in both unit i's and unit i+1's saved bytes."""
+        if i + 1 >= len(self.units):
+            return 0
+        return min(self.units[i].saved_output_bytes, self.units[i + 1].saved_input_bytes)
+
+    def activation_bytes(self) -> int:
+        """Bytes saved for backward by a whole forward pass, each storage once."""
+        total = sum(u.saved_bytes for u in self.units)
+        return total - sum(self.shared_boundary_bytes(i) for i in range(len(self.units) - 1))
+
+    def in_core_peak_bytes(self) -> int:
+        """Peak device memory of plain (all-resident) training.
+
+        During unit i's backward the device holds: weights, optimizer state and
+        buffers; gradients of units i..n-1 (grads of earlier units do not exist
+        yet); the saved tensors of units 0..i; unit i's output gradient, input
+        gradient and workspace. The optimizer step needs weights + all
+        gradients + state. The peak is the max over both.
+        """
+        units = self.units
+        static = sum(u.param_bytes + u.optimizer_bytes + u.buffer_bytes for u in units)
+        step = static + sum(u.param_bytes for u in units)
+        saved_prefix = []
+        acc = 0
+        for i, u in enumerate(units):
+            acc += u.saved_bytes - (self.shared_boundary_bytes(i - 1) if i else 0)
+            saved_prefix.append(acc)
+        peak = step
+        grads = 0
+        for i in range(len(units) - 1, -1, -1):
+            u = units[i]
+            grads += u.param_bytes
+            live = static + grads + saved_prefix[i] + u.output_bytes + u.input_bytes + u.workspace_bytes
+            peak = max(peak, live)
+        return peak
+
+    def forward_time(self) -> float:
+        return sum(u.forward_time for u in self.units)
+
+    def backward_time(self) -> float:
+        return sum(u.backward_time for u in self.units)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["version"] = VERSION
+        return data
+
+    def to_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    def to_csv(self) -> str:
+        out = io.StringIO()
+        names = [f.name for f in fields(UnitProfile)]
+        writer = csv.DictWriter(out, fieldnames=names)
+        writer.writeheader()
+        for unit in self.units:
+            writer.writerow(asdict(unit))
+        return out.getvalue()
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "profile") -> Profile:
+        if not isinstance(data, dict):
+            raise KarmaError(f"{where}: expected a JSON object")
+        if data.get("version") != VERSION:
+            raise KarmaError(f"{where}: field 'version' must be {VERSION}, got {data.get('version')!r}")
+        unit_fields = {f.name for f in fields(UnitProfile)}
+        units = []
+        for k, raw in enumerate(data.get("units") or []):
+            missing = unit_fields - set(raw)
+            if missing:
+                raise KarmaError(f"{where}: unit {k} lacks field '{sorted(missing)[0]}'")
+            units.append(UnitProfile(**{name: raw[name] for name in unit_fields}))
+        top = {f.name for f in fields(cls)} - {"units", "dtype", "note"}
+        missing = top - set(data)
+        if missing:
+            raise KarmaError(f"{where}: missing field '{sorted(missing)[0]}'")
+        return cls(units=tuple(units), **{k: data[k] for k in top | {"dtype", "note"} if k in data})
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> Profile:
+        path = Path(path)
+        if not path.exists():
+            raise KarmaError(f"profile file not found: {path}")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise KarmaError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+        return cls.from_dict(data, str(path))

@@ -1,0 +1,81 @@
+"""Model name + size preset + batch -> ChainModel.
+
+`build('resnet50', 'paper', 256, device='meta')` builds the real dimensions
+without allocating memory (the meta device), which is how paper-size models
+are profiled on a laptop. Bad names or batches raise KarmaError naming the
+valid choices.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from karma.errors import KarmaError, choose
+from models.chain import ChainModel, ModelSpec, sequential
+from models.gpt import GPT_SPECS
+from models.preact_resnet import RESNET1001
+from models.resnet import RESNET50, RESNET200
+from models.vgg import VGG16_SPEC
+from models.wide_resnet import WRN_28_10
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec for spec in [RESNET50, VGG16_SPEC, RESNET200, RESNET1001, WRN_28_10, *GPT_SPECS]
+}
+
+#: The six single-GPU models of the paper's speedup experiment (Sec. VI-A);
+#: megatron-1.2b is our stated choice for its unnamed Megatron configuration.
+PAPER_SIX = ["resnet50", "vgg16", "resnet200", "resnet1001", "wrn28-10", "megatron-1.2b"]
+#: The large NLP models of the data parallel vs model parallel comparison.
+LARGE_NLP = ["megatron-2.5b", "megatron-8.3b", "turing-nlg-17b"]
+
+
+def model_names() -> list[str]:
+    return list(MODELS)
+
+
+def size_names(model: str) -> list[str]:
+    return list(spec(model).sizes)
+
+
+def spec(model: str) -> ModelSpec:
+    choose("model", model, MODELS)
+    return MODELS[model]
+
+
+def _check(model: str, size: str, batch: int | None) -> ModelSpec:
+    s = spec(model)
+    choose(f"size for {model}", size, s.sizes)
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0):
+        raise KarmaError(f"batch must be a positive integer, got {batch!r}")
+    return s
+
+
+def build_original(model: str, size: str, device: str | torch.device = "cpu", seed: int = 0) -> nn.Module:
+    """The original (unsplit) module, initialised from `seed` (no init on meta)."""
+    s = _check(model, size, None)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        return s.build(**s.sizes[size])
+
+
+def chain_of(model: str, size: str, original: nn.Module, batch: int | None = None) -> ChainModel:
+    """Split an already-built original module into a ChainModel sharing its parameters."""
+    s = _check(model, size, batch)
+    return ChainModel(
+        name=model,
+        size=size,
+        batch=s.batch[size] if batch is None else batch,
+        units=sequential(s.units(original)),
+        make_batch_fn=s.make_batch,
+        loss=s.loss,
+        optimizer=s.optimizer,
+        config=dict(s.sizes[size]),
+    )
+
+
+def build(model: str, size: str = "paper", batch: int | None = None,
+          device: str | torch.device = "cpu", seed: int = 0) -> ChainModel:
+    """Build `model` at `size` as a chain; `batch` defaults to the preset's batch."""
+    _check(model, size, batch)
+    return chain_of(model, size, build_original(model, size, device, seed), batch)
