@@ -9,8 +9,8 @@ class KarmaError(ValueError):
     """Bad user input: unknown name, malformed file, impossible request."""
 
 
-def choose(kind: str, name: str, valid) -> None:
+def choose(kind: str, name: str, valid, context: str = "") -> None:
     """Raise a KarmaError naming the valid choices when `name` is not one of them."""
     valid = sorted(valid)
     if name not in valid:
-        raise KarmaError(f"unknown {kind} '{name}'; valid: {', '.join(valid)}")
+        raise KarmaError(f"unknown {kind} '{name}'{context}; valid: {', '.join(valid)}")

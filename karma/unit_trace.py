@@ -105,6 +105,7 @@ def run_forward(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None, t
 
 
 def run_backward(result: torch.Tensor, output: torch.Tensor) -> None:
+    """Backward from the loss (a scalar) or, for an inner unit, from its output with unit gradient."""
     if result.dim() == 0:
         result.backward()
     else:

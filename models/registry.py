@@ -45,7 +45,7 @@ def spec(model: str) -> ModelSpec:
 
 def _check(model: str, size: str, batch: int | None) -> ModelSpec:
     s = spec(model)
-    choose(f"size for {model}", size, s.sizes)
+    choose("size", size, s.sizes, f" for {model}")
     if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0):
         raise KarmaError(f"batch must be a positive integer, got {batch!r}")
     return s

@@ -1,0 +1,7 @@
+"""`python -m karma ...` is the same as the `karma` command."""
+
+import sys
+
+from karma.cli import main
+
+sys.exit(main())

@@ -1,0 +1,134 @@
+"""Command line: `karma models`, `karma hardware`, `karma profile ...`.
+
+Bad input (unknown model, size or hardware, non-positive batch, malformed
+file) prints one line on stderr and exits with status 2; nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from karma.errors import KarmaError, choose
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def cmd_models(_args) -> None:
+    from models.registry import MODELS
+
+    for name, spec in MODELS.items():
+        sizes = ", ".join(f"{s} (batch {spec.batch[s]})" for s in spec.sizes)
+        print(f"{name:16s} {spec.description}\n{'':16s} sizes: {sizes}")
+
+
+def cmd_hardware(_args) -> None:
+    from karma.hardware import load, preset_names
+
+    for name in preset_names():
+        hw = load(name)
+        print(f"{name:10s} {hw.device_memory / 1e9:6.1f} GB  {hw.flops / 1e12:5.1f} TFLOP/s  "
+              f"h2d {hw.h2d_bw / 1e9:5.0f} GB/s  {hw.description}")
+
+
+def write_profile(profile, out: Path, csv_path: Path | None) -> None:
+    """Write atomically: a half-written profile must never be left behind."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    profile.to_json(tmp)
+    tmp.replace(out)
+    if csv_path:
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = csv_path.with_suffix(csv_path.suffix + ".tmp")
+        tmp.write_text(profile.to_csv())
+        tmp.replace(csv_path)
+
+
+def make_profile(model: str, size: str, batch: int | None, source: str, hardware: str,
+                 reps: int = 5, threads: int | None = None, progress=None):
+    """Build the model where the source needs it and profile it (shared by CLI and pipeline)."""
+    from karma.hardware import load
+    from models.registry import build, spec
+
+    spec(model)
+    if source == "analytic":
+        hw = load(hardware)
+        from karma.profile_analytic import analytic_profile
+
+        return analytic_profile(build(model, size, batch, device="meta"), hw, progress)
+    import torch
+
+    choose("device for a measured profile", hardware, ["cpu", "cuda"])
+    if threads:
+        torch.set_num_threads(threads)
+    device = "cuda" if hardware == "cuda" else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise KarmaError("CUDA was asked for but no CUDA device is available")
+    from karma.profile_measured import measured_profile
+
+    return measured_profile(build(model, size, batch, device=device), reps=reps, progress=progress)
+
+
+def cmd_profile(args) -> None:
+    def progress(i, n, name):
+        if args.verbose and (i + 1 == n or (i + 1) % max(1, n // 10) == 0):
+            print(f"  profiled {i + 1}/{n} units ({name})", file=sys.stderr)
+
+    profile = make_profile(args.model, args.size, args.batch, args.source, args.hardware,
+                           args.reps, args.threads, progress)
+    out = Path(args.out or f"{args.model}-{args.size}-{args.source}.json")
+    write_profile(profile, out, Path(args.csv) if args.csv else None)
+    print(f"{profile.model} {profile.size} batch {profile.batch}: {len(profile.units)} units, "
+          f"fwd {profile.forward_time() * 1e3:.1f} ms + bwd {profile.backward_time() * 1e3:.1f} ms, "
+          f"in-core peak {profile.in_core_peak_bytes() / 1e9:.2f} GB [{profile.label}] -> {out}")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage mistakes print one line (and `--help` points further), not the whole usage."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="karma", description="KARMA out-of-core training suite")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    sub.add_parser("models", help="list the model zoo").set_defaults(func=cmd_models)
+    sub.add_parser("hardware", help="list the hardware presets").set_defaults(func=cmd_hardware)
+    prof = sub.add_parser("profile", help="profile a model (analytic on a preset, or measured here)")
+    prof.add_argument("model")
+    prof.add_argument("--size", default="paper", help="size preset (paper, small, tiny)")
+    prof.add_argument("--batch", type=_positive_int, help="batch size (default: the preset's)")
+    prof.add_argument("--source", choices=["analytic", "measured"], default="analytic")
+    prof.add_argument("--hardware", default="v100-abci",
+                      help="preset name or YAML path (analytic); 'cpu' or 'cuda' (measured)")
+    prof.add_argument("--reps", type=_positive_int, default=5, help="timed repetitions (measured)")
+    prof.add_argument("--threads", type=_positive_int, help="torch threads (measured)")
+    prof.add_argument("--out", help="JSON output path")
+    prof.add_argument("--csv", help="also write the per-unit table as CSV")
+    prof.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    prof.set_defaults(func=cmd_profile)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.func(args)
+    except KarmaError as err:
+        print(f"karma: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The loop both profile sources share: walk the chain unit by unit.
+
+Each unit is traced (karma/unit_trace.py) on the input the previous unit
+produced, then timed by the source's `timer`; identical units (same structure,
+same input shape) are traced and timed once. Parameters shared between units
+(GPT's tied embedding) are owned by the first unit that uses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from karma.profile import OPTIMIZER_STATE_FACTOR, Profile, UnitProfile
+from karma.unit_trace import UnitTrace, next_input, trace_unit, unit_signature
+from models.chain import ChainModel
+
+#: (unit, input, loss or None, target or None, trace) -> (forward s, backward s)
+Timer = Callable[[torch.nn.Module, torch.Tensor, Callable | None, object, UnitTrace], tuple[float, float]]
+
+
+def weight_bytes(unit: torch.nn.Module, seen: set[int]) -> tuple[int, int]:
+    """(parameter bytes, buffer bytes) not already owned by an earlier unit."""
+    params = 0
+    for p in unit.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            params += p.numel() * p.element_size()
+    buffers = sum(b.numel() * b.element_size() for b in unit.buffers())
+    return params, buffers
+
+
+def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source: str, label: str,
+                  note: str, progress=None) -> Profile:
+    """Trace and time every unit of `model` on `device`; `progress(i, n, name)` after each."""
+    x, y = model.make_batch(device=device)
+    seen: set[int] = set()
+    cache: dict[tuple, tuple[UnitTrace, float, float]] = {}
+    units = []
+    named = list(model.units.named_children())
+    for i, (name, unit) in enumerate(named):
+        last = i == len(named) - 1
+        unit.train()
+        loss, target = (model.loss, y) if last else (None, None)
+        key = unit_signature(unit, x, last)
+        if key not in cache:
+            trace = trace_unit(unit, x, loss, target)
+            cache[key] = (trace, *timer(unit, x, loss, target, trace))
+        trace, t_fwd, t_bwd = cache[key]
+        params, buffers = weight_bytes(unit, seen)
+        units.append(UnitProfile(
+            name=name,
+            forward_time=t_fwd,
+            backward_time=t_bwd,
+            forward_flops=sum(op.flops for op in trace.forward_ops),
+            backward_flops=sum(op.flops for op in trace.backward_ops),
+            forward_bytes=sum(op.bytes for op in trace.forward_ops),
+            backward_bytes=sum(op.bytes for op in trace.backward_ops),
+            saved_bytes=trace.saved_bytes,
+            saved_input_bytes=trace.saved_input_bytes,
+            saved_output_bytes=trace.saved_output_bytes,
+            input_bytes=trace.input_bytes,
+            output_bytes=trace.output_bytes,
+            param_bytes=params,
+            buffer_bytes=buffers,
+            optimizer_bytes=OPTIMIZER_STATE_FACTOR[model.optimizer] * params,
+            workspace_bytes=trace.workspace_bytes,
+        ))
+        if progress:
+            progress(i, len(named), name)
+        x = next_input(trace.output)
+    for p in model.units.parameters():
+        p.grad = None
+    return Profile(model=model.name, size=model.size, batch=model.batch, source=source, device=label,
+                   optimizer=model.optimizer, units=tuple(units), note=note)

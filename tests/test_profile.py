@@ -1,0 +1,147 @@
+"""Profiles: counts on meta equal a real CPU run; FLOPs match published figures."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from karma.errors import KarmaError
+from karma.hardware import load
+from karma.profile import Profile
+from karma.profile_analytic import analytic_profile
+from karma.profile_measured import measured_profile
+from karma.unit_trace import storage_key
+from models import MODELS, build
+from models.registry import PAPER_SIX
+
+V100 = load("v100-abci")
+COUNTED = ["forward_flops", "backward_flops", "forward_bytes", "backward_bytes", "saved_bytes",
+           "saved_input_bytes", "saved_output_bytes", "input_bytes", "output_bytes", "param_bytes",
+           "buffer_bytes", "optimizer_bytes", "workspace_bytes"]
+
+
+def really_saved_bytes(chain) -> int:
+    """Bytes saved for backward by one real forward of the whole chain (+ loss) on the CPU."""
+    params = {p.untyped_storage().data_ptr() for p in chain.units.parameters()}
+    saved = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params:
+            saved[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    x, y = chain.make_batch()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        chain.step_loss(x, y)
+    return sum(saved.values())
+
+
+@pytest.mark.parametrize("name, size", [(n, "tiny") for n in MODELS] + [("resnet50", "small"),
+                                                                       ("megatron-1.2b", "small")])
+def test_analytic_saved_bytes_equal_a_real_cpu_run(name, size):
+    profile = analytic_profile(build(name, size, device="meta"), V100)
+    assert profile.activation_bytes() == really_saved_bytes(build(name, size))
+
+
+@pytest.mark.parametrize("name", ["resnet50", "wrn28-10", "megatron-1.2b", "vgg16"])
+def test_meta_counts_equal_measured_counts(name):
+    analytic = analytic_profile(build(name, "tiny", device="meta"), V100)
+    measured = measured_profile(build(name, "tiny"), reps=1, warmup=0)
+    for a, m in zip(analytic.units, measured.units, strict=True):
+        for field in COUNTED:
+            assert getattr(a, field) == getattr(m, field), (a.name, field)
+        assert m.forward_time > 0 and m.backward_time > 0
+    assert measured.source == "measured" and measured.device.startswith("cpu")
+
+
+def test_resnet50_forward_flops_match_published_gmacs():
+    """He et al. 2016 / torchvision: ~4.1 GMACs per 224x224 image, i.e. 8.2 GFLOPs (2 per MAC)."""
+    profile = analytic_profile(build("resnet50", "paper", batch=1, device="meta"), V100)
+    gflops = sum(u.forward_flops for u in profile.units) / 1e9
+    assert abs(gflops / 8.2 - 1) < 0.05
+
+
+@pytest.mark.parametrize("name", ["resnet50", "megatron-1.2b"])
+def test_our_per_operator_flops_sum_to_the_flop_counter_total(name):
+    chain = build(name, "tiny", device="meta")
+    profile = analytic_profile(chain, V100)
+    x, y = chain.make_batch(device="meta")
+    with FlopCounterMode(display=False) as counter:
+        chain.step_loss(x, y).backward()
+    assert sum(u.forward_flops + u.backward_flops for u in profile.units) == counter.get_total_flops()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_paper_size_model_profiles_on_meta(name):
+    profile = analytic_profile(build(name, "paper", device="meta"), V100)
+    assert profile.forward_time() > 0 and profile.backward_time() > profile.forward_time()
+    assert profile.param_bytes() == 4 * build(name, "paper", device="meta").parameter_count()
+
+
+@pytest.mark.parametrize("name", PAPER_SIX)
+def test_paper_batches_need_two_to_four_v100s(name):
+    """The documented choice: paper batch sizes need 2x-4x the 16 GB (PAPER.md)."""
+    profile = analytic_profile(build(name, "paper", device="meta"), V100)
+    assert 2.0 <= profile.in_core_peak_bytes() / V100.device_memory <= 4.0
+
+
+def test_faster_hardware_gives_faster_units():
+    chain = build("resnet50", "paper", device="meta")
+    slow, fast = analytic_profile(chain, V100), analytic_profile(chain, load("h100"))
+    for s, f in zip(slow.units, fast.units, strict=True):
+        assert f.forward_time < s.forward_time and f.backward_time < s.backward_time
+
+
+def test_gpt_tied_embedding_counted_once():
+    profile = analytic_profile(build("megatron-1.2b", "tiny", device="meta"), V100)
+    assert profile.units[-1].param_bytes == 2 * 32 * 4  # only the final LayerNorm's own weights
+
+
+def synthetic(saved, out, saved_in, saved_out, params, workspace=0) -> Profile:
+    units = tuple(
+        dataclasses.replace(
+            analytic_profile(build("resnet50", "tiny", device="meta"), V100).units[0],
+            name=f"u{i}", saved_bytes=s, output_bytes=o, input_bytes=(out[i - 1] if i else 1),
+            saved_input_bytes=si, saved_output_bytes=so, param_bytes=p, optimizer_bytes=p, buffer_bytes=0,
+            workspace_bytes=workspace)
+        for i, (s, o, si, so, p) in enumerate(zip(saved, out, saved_in, saved_out, params, strict=True)))
+    return Profile("toy", "tiny", 1, "analytic", "v100-abci", "sgd", units)
+
+
+def test_in_core_peak_by_hand():
+    p = synthetic(saved=[10, 20, 30], out=[5, 6, 7], saved_in=[0, 5, 0], saved_out=[5, 0, 0], params=[100, 0, 1])
+    assert p.activation_bytes() == 55
+    # static = weights + state = 202; backward of the last unit: grads 1, saved 55, out 7, in 6
+    # backward of unit 0: grads 101, saved 10, out 5, in 1 -> 319; optimizer step 202 + 101 = 303
+    assert p.in_core_peak_bytes() == max(202 + 1 + 55 + 7 + 6, 202 + 101 + 10 + 5 + 1, 303)
+
+
+def test_json_round_trip(tmp_path):
+    profile = analytic_profile(build("wrn28-10", "tiny", device="meta"), V100)
+    path = tmp_path / "p.json"
+    profile.to_json(path)
+    assert Profile.from_json(path) == profile
+    assert profile.to_csv().count("\n") == len(profile.units) + 1
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda d: d.pop("version"), "'version'"),
+    (lambda d: d["units"][0].pop("saved_bytes"), "unit 0 lacks field 'saved_bytes'"),
+    (lambda d: d.pop("batch"), "missing field 'batch'"),
+    (lambda d: d.update(source="guessed"), "source"),
+])
+def test_malformed_profile_names_the_field(tmp_path, mutate, match):
+    data = analytic_profile(build("wrn28-10", "tiny", device="meta"), V100).to_dict()
+    mutate(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(KarmaError, match=match):
+        Profile.from_json(path)
+
+
+def test_storage_key_distinguishes_meta_storages():
+    a = torch.empty(4, device="meta")
+    assert storage_key(a) == storage_key(a.view(2, 2)) != storage_key(torch.empty(4, device="meta"))
