@@ -80,8 +80,9 @@ class Profile:
     @property
     def label(self) -> str:
         """Where the numbers come from, for every table row (DESIGN.md)."""
-        word = "simulated" if self.source == "analytic" else "measured"
-        return f"{self.source} ({word} on {self.device})"
+        if self.source == "analytic":
+            return f"simulated: analytic profile on {self.device}"
+        return f"measured on {self.device}"
 
     def param_bytes(self) -> int:
         return sum(u.param_bytes for u in self.units)

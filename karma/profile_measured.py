@@ -23,7 +23,8 @@ from models.chain import ChainModel
 def device_label(device: torch.device) -> str:
     if device.type == "cuda":
         return f"cuda:{torch.cuda.get_device_name(device)}"
-    return f"cpu ({torch.get_num_threads()} threads)"
+    threads = torch.get_num_threads()
+    return f"cpu ({threads} thread{'s' if threads > 1 else ''})"
 
 
 def _sync(device: torch.device) -> None:

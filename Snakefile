@@ -1,0 +1,19 @@
+# KARMA suite: reproduce the paper with `snakemake --cores all` (README.md).
+# Rules live in workflow/rules/, scripts in workflow/scripts/, the config schema in
+# workflow/schemas/; every rule logs to logs/.
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/profile.smk"
+include: "workflow/rules/tables.smk"
+
+
+rule all:
+    input:
+        "results/tables/footprint.csv",
+        "results/tables/footprint.md",
+        "results/tables/measured_profiles.csv",
+        "results/figures/footprint.png",
+    default_target: True

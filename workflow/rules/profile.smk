@@ -1,0 +1,44 @@
+# Profiles: paper size on the simulated Hardware (analytic, meta device), and the
+# small presets measured on this machine.
+
+
+rule profile_analytic:
+    output:
+        json="results/profiles/analytic/{hw}/{model}.json",
+        csv="results/profiles/analytic/{hw}/{model}.csv",
+    log:
+        "logs/profile_analytic/{hw}/{model}.log",
+    params:
+        source="analytic",
+        size="paper",
+        batch=paper_batch,
+        hardware=config["hardware"],
+        reps=1,
+        threads=1,
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/profile_model.py"
+
+
+rule profile_measured:
+    output:
+        json="results/profiles/measured/{size}/{model}.json",
+        csv="results/profiles/measured/{size}/{model}.csv",
+    log:
+        "logs/profile_measured/{size}/{model}.log",
+    params:
+        source="measured",
+        size=lambda wc: wc.size,
+        batch=0,
+        hardware=config["measured"]["device"],
+        reps=config["measured"]["reps"],
+        threads=config["measured"]["threads"],
+    threads: config["measured"]["threads"]
+    resources:
+        # One measured job at a time so that timings are not disturbed by another job.
+        measuring=1,
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/profile_model.py"

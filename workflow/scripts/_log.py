@@ -1,0 +1,23 @@
+"""Route a script's output to its rule's log and turn user errors into one line."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+
+
+@contextlib.contextmanager
+def logged(snakemake):
+    """stdout/stderr to snakemake.log[0]; a KarmaError ends the job with its one-line message."""
+    from karma.errors import KarmaError
+
+    with open(snakemake.log[0], "w", buffering=1) as log, contextlib.redirect_stdout(log), \
+            contextlib.redirect_stderr(log):
+        start = time.perf_counter()
+        try:
+            yield log
+        except KarmaError as err:
+            print(f"error: {err}")
+            sys.exit(1)
+        print(f"done in {time.perf_counter() - start:.1f} s")

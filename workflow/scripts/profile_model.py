@@ -1,0 +1,28 @@
+"""Snakemake script: profile one model (analytic on a preset, or measured here)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
+from _log import logged  # noqa: E402
+
+from karma.cli import make_profile, write_profile  # noqa: E402
+
+sm = snakemake  # noqa: F821
+with logged(sm):
+    p = sm.params
+    device = p.hardware
+    if p.source == "measured" and device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def progress(i, n, name):
+        if i + 1 == n or (i + 1) % max(1, n // 10) == 0:
+            print(f"profiled {i + 1}/{n} units ({name})")
+
+    profile = make_profile(sm.wildcards.model, p.size, p.batch or None, p.source, device,
+                           reps=p.reps, threads=p.threads, progress=progress)
+    write_profile(profile, Path(sm.output.json), Path(sm.output.csv))
+    print(f"{profile.model} batch {profile.batch}: in-core peak {profile.in_core_peak_bytes() / 1e9:.3f} GB, "
+          f"fwd+bwd {(profile.forward_time() + profile.backward_time()) * 1e3:.1f} ms [{profile.label}]")
