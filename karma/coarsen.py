@@ -1,0 +1,63 @@
+"""Merge consecutive units into groups, so that the planner searches a short chain.
+
+A merged unit has the sum of its units' times, FLOPs and weights, their own
+saved bytes (a tensor shared inside the group counted once), the group's
+input and output, and a workspace chosen so that its backward transient
+(output gradient + input gradient + workspace) is the largest of its units'.
+Simulating the merged chain is conservative: its activations are freed at
+the end of the group's backward rather than unit by unit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from karma.profile import Profile, UnitProfile
+
+
+def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
+    units = profile.units[start:stop]
+    first, last = units[0], units[-1]
+    own = sum(u.saved_bytes for u in units) - sum(profile.shared_boundary_bytes(i) for i in range(start, stop - 1))
+    transient = max(u.output_bytes + u.input_bytes + u.workspace_bytes for u in units)
+    return UnitProfile(
+        name=f"{first.name}..{last.name}" if stop - start > 1 else first.name,
+        forward_time=sum(u.forward_time for u in units),
+        backward_time=sum(u.backward_time for u in units),
+        forward_flops=sum(u.forward_flops for u in units),
+        backward_flops=sum(u.backward_flops for u in units),
+        forward_bytes=sum(u.forward_bytes for u in units),
+        backward_bytes=sum(u.backward_bytes for u in units),
+        saved_bytes=own,
+        saved_input_bytes=first.saved_input_bytes,
+        saved_output_bytes=last.saved_output_bytes,
+        input_bytes=first.input_bytes,
+        output_bytes=last.output_bytes,
+        param_bytes=sum(u.param_bytes for u in units),
+        buffer_bytes=sum(u.buffer_bytes for u in units),
+        optimizer_bytes=sum(u.optimizer_bytes for u in units),
+        workspace_bytes=max(0, transient - last.output_bytes - first.input_bytes),
+    )
+
+
+def balanced_groups(profile: Profile, count: int) -> list[tuple[int, int]]:
+    """Cut the chain into at most `count` runs of about equal forward+backward time."""
+    n = len(profile.units)
+    if n <= count:
+        return [(i, i + 1) for i in range(n)]
+    times = [u.forward_time + u.backward_time for u in profile.units]
+    total = sum(times)
+    groups, start, acc = [], 0, 0.0
+    for i, t in enumerate(times):
+        acc += t
+        remaining_groups = count - len(groups) - 1
+        if (acc >= total * (len(groups) + 1) / count or n - i - 1 <= remaining_groups) and remaining_groups > 0 \
+                and i + 1 < n:
+            groups.append((start, i + 1))
+            start = i + 1
+    groups.append((start, n))
+    return groups
+
+
+def coarsen(profile: Profile, groups: list[tuple[int, int]]) -> Profile:
+    return replace(profile, units=tuple(merge(profile, a, b) for a, b in groups))

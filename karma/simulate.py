@@ -1,0 +1,287 @@
+"""The performance model: a deterministic event simulation of one training
+iteration of (Profile, Plan, Hardware) (KARMA Sec. IV, "concurrency analysis").
+
+Resources are in-order queues, like CUDA streams: ``compute`` (the device),
+``h2d`` and ``d2h`` (the host link; one shared ``link`` queue when the
+Hardware's link is half duplex) and ``host`` (the CPU running the optimizer
+for streamed weights). Operations are issued in program order; each starts
+when its queue is free and its dependencies are met, and lasts its cost:
+profile times for compute, bytes / bandwidth for copies, bytes touched /
+host update rate for the host optimizer.
+
+Device memory is accounted at operation boundaries (allocated at the start
+of the op that produces it, freed at the end of the op that last needs it):
+
+* static: buffers, plus weights and optimizer state when weights are resident;
+* per unit, its saved activations (a tensor shared by two units of one block
+  counted once) from its forward to its backward; for swapped blocks until
+  the copy to the host ends and again from the prefetch to the backward; for
+  recomputed blocks only during the forward and from the recompute on;
+* a recomputed block's checkpoint (its input) until its backward, unless it
+  is swapped to the host;
+* during a unit's forward its workspace; during its backward the gradient of
+  its output, of its input and its workspace; weight gradients from the
+  backward to the optimizer step (resident) or the download (streamed);
+* streamed weights from their upload to the end of the block's pass.
+
+A tensor shared by the last unit of one block and the first of the next is
+counted in both (conservative by at most one boundary activation per block
+boundary). The forward of block b waits for the swap-outs of blocks up to
+b-depth (depth 1: the previous block's copy must be done, vDNN's per-layer
+synchronisation; deeper: more copies in flight), and the prefetches of block
+b are issued when the backward of block b+depth starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from karma.hardware import Hardware
+from karma.plan import Plan
+from karma.profile import OPTIMIZER_STATE_FACTOR, Profile
+
+
+@dataclass(frozen=True)
+class Event:
+    """One operation of the timeline, in the simulator's and the runtime's common format."""
+
+    resource: str
+    op: str
+    block: int
+    start: float
+    end: float
+
+
+@dataclass
+class SimResult:
+    """What one iteration costs. `time` is None when the plan does not fit (then `reason` says why)."""
+
+    time: float | None
+    makespan: float
+    peak_bytes: float
+    capacity: float
+    busy: dict[str, float]
+    bytes_h2d: float
+    bytes_d2h: float
+    timeline: list[Event] = field(repr=False)
+    reason: str | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.reason is None
+
+
+def optimizer_traffic_bytes(param_bytes: float, optimizer: str) -> float:
+    """Bytes an optimizer step streams through memory: read weight, gradient and
+    state, write weight and state, i.e. (3 + 2k) x weight bytes with k state
+    tensors per weight (SGD momentum k=1, Adam k=2; Kingma & Ba 2015)."""
+    k = OPTIMIZER_STATE_FACTOR[optimizer]
+    return (3 + 2 * k) * param_bytes
+
+
+class _Schedule:
+    """In-order queues and a memory ledger, filled in program order."""
+
+    def __init__(self, duplex: str, record: bool):
+        self.free_at: dict[str, float] = {}
+        self.busy: dict[str, float] = {}
+        self.duplex = duplex
+        self.mem: list[tuple[float, int, float, int]] = []  # (time, order, delta, block)
+        self.record = record
+        self.timeline: list[Event] = []
+        self.order = 0
+
+    def queue(self, resource: str) -> str:
+        if self.duplex == "half" and resource in ("h2d", "d2h"):
+            return "link"
+        return resource
+
+    def op(self, resource: str, name: str, block: int, ready: float, duration: float,
+           alloc: float = 0.0, free: float = 0.0) -> tuple[float, float]:
+        q = self.queue(resource)
+        start = max(self.free_at.get(q, 0.0), ready)
+        end = start + duration
+        self.free_at[q] = end
+        self.busy[q] = self.busy.get(q, 0.0) + duration
+        if alloc:
+            self.alloc(start, alloc, block)
+        if free:
+            self.release(end, free, block)
+        if self.record:
+            self.timeline.append(Event(q, name, block, start, end))
+        return start, end
+
+    def alloc(self, t: float, nbytes: float, block: int) -> None:
+        self.order += 1
+        self.mem.append((t, 1, nbytes, block))
+
+    def release(self, t: float, nbytes: float, block: int) -> None:
+        self.order += 1
+        self.mem.append((t, 0, -nbytes, block))
+
+    def peak(self, base: float, capacity: float) -> tuple[float, int | None, float]:
+        """Peak bytes, and the first block whose allocation crossed `capacity` (frees first at equal times)."""
+        level = peak = base
+        first_over, over_by = None, 0.0
+        for _t, _kind, delta, block in sorted(self.mem, key=lambda e: (e[0], e[1])):
+            level += delta
+            if level > peak:
+                peak = level
+            if first_over is None and level > capacity:
+                first_over, over_by = block, level - capacity
+        return peak, first_over, over_by
+
+
+def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None = None,
+             record: bool = True) -> SimResult:
+    """Simulate one iteration; `capacity` defaults to the Hardware's device memory."""
+    units = profile.units
+    if plan.units != len(units):
+        from karma.errors import KarmaError
+
+        raise KarmaError(f"plan is for {plan.units} units, the profile of {profile.model} has {len(units)}")
+    capacity = hw.device_memory if capacity is None else capacity
+    streamed = plan.weights == "streamed"
+    depth = plan.prefetch_depth
+    blocks = plan.blocks
+    nb = len(blocks)
+    s = _Schedule(hw.link_duplex, record)
+
+    block_of = [0] * len(units)
+    for k, b in enumerate(blocks):
+        for i in b.units:
+            block_of[i] = k
+    own = [u.saved_bytes for u in units]
+    for i in range(1, len(units)):
+        if block_of[i] == block_of[i - 1]:
+            own[i] -= profile.shared_boundary_bytes(i - 1)
+    act = [sum(own[i] for i in b.units) for b in blocks]
+    params = [sum(units[i].param_bytes for i in b.units) for b in blocks]
+    static = sum(u.buffer_bytes for u in units)
+    if not streamed:
+        static += sum(u.param_bytes + u.optimizer_bytes for u in units)
+
+    # ---- forward -------------------------------------------------------
+    fwd_start = [0.0] * nb
+    swap_out_end = [0.0] * nb
+    ckpt_out_end = [0.0] * nb
+    weights_up_end = [0.0] * nb
+    t = 0.0
+    if streamed:
+        for k in range(min(depth, nb)):
+            weights_up_end[k] = s.op("h2d", "upload weights", k, 0.0, params[k] / hw.h2d_bw, alloc=params[k])[1]
+    for k, b in enumerate(blocks):
+        ready = t
+        if k - depth >= 0:
+            ready = max(ready, max(swap_out_end[: k - depth + 1]))
+        if streamed:
+            ready = max(ready, weights_up_end[k])
+        if b.policy == "recompute":
+            ckpt = units[b.start].input_bytes
+            s.alloc(ready, ckpt, k)
+        first = True
+        for i in b.units:
+            u = units[i]
+            keep = own[i] if b.policy != "recompute" else 0.0
+            start, t = s.op("compute", "forward", k, ready, u.forward_time,
+                            alloc=own[i] + u.workspace_bytes, free=u.workspace_bytes + own[i] - keep)
+            ready = t
+            if first:
+                fwd_start[k] = start
+                first = False
+                if streamed and k + depth < nb:
+                    j = k + depth
+                    weights_up_end[j] = s.op("h2d", "upload weights", j, start, params[j] / hw.h2d_bw,
+                                             alloc=params[j])[1]
+                if b.policy == "recompute" and b.checkpoint == "host":
+                    ckpt_out_end[k] = s.op("d2h", "offload checkpoint", k, start, ckpt / hw.d2h_bw,
+                                           free=ckpt)[1]
+        if streamed:
+            s.release(t, params[k], k)
+        if b.policy == "swap":
+            swap_out_end[k] = s.op("d2h", "swap out", k, t, act[k] / hw.d2h_bw, free=act[k])[1]
+
+    # ---- backward ------------------------------------------------------
+    grads_down_end = 0.0
+    bwd_ready = t
+    prefetch_end = [0.0] * nb
+
+    def prefetch(k: int, issue: float) -> None:
+        b = blocks[k]
+        end = issue
+        if streamed:
+            end = s.op("h2d", "upload weights", k, issue, params[k] / hw.h2d_bw, alloc=params[k])[1]
+        if b.policy == "swap":
+            end = s.op("h2d", "prefetch", k, max(issue, swap_out_end[k]), act[k] / hw.h2d_bw, alloc=act[k])[1]
+        elif b.policy == "recompute" and b.checkpoint == "host":
+            ckpt = units[b.start].input_bytes
+            end = s.op("h2d", "prefetch checkpoint", k, max(issue, ckpt_out_end[k]), ckpt / hw.h2d_bw,
+                       alloc=ckpt)[1]
+        prefetch_end[k] = end
+
+    for k in range(nb - 1, max(nb - 1 - depth, -1), -1):
+        prefetch(k, bwd_ready)
+    host_t = 0.0
+    for k in range(nb - 1, -1, -1):
+        b = blocks[k]
+        ready = max(bwd_ready, prefetch_end[k])
+        first = True
+        if b.policy == "recompute":
+            for i in b.units:
+                u = units[i]
+                start, ready = s.op("compute", "recompute", k, ready, u.forward_time,
+                                    alloc=own[i] + u.workspace_bytes, free=u.workspace_bytes)
+                if first:
+                    first = False
+                    if k - depth >= 0:
+                        prefetch(k - depth, start)
+        for i in reversed(b.units):
+            u = units[i]
+            transient = u.output_bytes + u.input_bytes + u.workspace_bytes
+            start, ready = s.op("compute", "backward", k, ready, u.backward_time,
+                                alloc=transient + u.param_bytes, free=transient + own[i])
+            if first:
+                first = False
+                if k - depth >= 0:
+                    prefetch(k - depth, start)
+        bwd_ready = ready
+        if b.policy == "recompute":
+            s.release(ready, units[b.start].input_bytes, k)
+        if streamed:
+            s.release(ready, params[k], k)
+            grads_down_end = s.op("d2h", "download gradients", k, ready, params[k] / hw.d2h_bw,
+                                  free=params[k])[1]
+            traffic = optimizer_traffic_bytes(params[k], profile.optimizer)
+            host_t = s.op("host", "optimizer step", k, grads_down_end, traffic / hw.host_update_bw)[1]
+
+    if streamed:
+        end = max(bwd_ready, grads_down_end, host_t)
+    else:
+        traffic = optimizer_traffic_bytes(sum(params), profile.optimizer)
+        end = s.op("compute", "optimizer step", 0, bwd_ready, traffic / hw.memory_bw,
+                   free=sum(params))[1]
+    peak, over_block, over_by = s.peak(static, capacity)
+    reason = None
+    if over_block is not None:
+        b = blocks[over_block]
+        reason = (f"needs {peak / 1e9:.3f} GB, over the {capacity / 1e9:.3f} GB capacity by "
+                  f"{over_by / 1e9:.3f} GB first at block {over_block} (units {b.start}..{b.stop - 1}, {b.policy})")
+    return SimResult(
+        time=None if reason else end, makespan=end, peak_bytes=peak, capacity=capacity, busy=dict(s.busy),
+        bytes_h2d=_bytes(blocks, act, params, units, streamed, "h2d"),
+        bytes_d2h=_bytes(blocks, act, params, units, streamed, "d2h"),
+        timeline=s.timeline, reason=reason,
+    )
+
+
+def _bytes(blocks, act, params, units, streamed: bool, direction: str) -> float:
+    """Bytes crossing the link in one direction (streamed weights go up twice, gradients down once)."""
+    total = 0.0
+    for k, b in enumerate(blocks):
+        if b.policy == "swap":
+            total += act[k]
+        elif b.policy == "recompute" and b.checkpoint == "host":
+            total += units[b.start].input_bytes
+        if streamed:
+            total += 2 * params[k] if direction == "h2d" else params[k]
+    return total
