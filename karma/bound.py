@@ -24,7 +24,9 @@ the last unit's backward starts (the end of the forward phase).
    optimizer step S (resident weights); the h2d queue brings X back (and
    streamed weights again, W); the d2h queue takes streamed gradients down
    and the host runs their update U: T >= t_b + max(B + R(Y) + S,
-   X / bw_h2d + W / bw_h2d, ...).
+   X / bw_h2d + W / bw_h2d, ...). Streamed: unit 0's backward is the last
+   compute, so its gradient download and host update come after all of it:
+   T >= t_b + B + R(Y) + w_0 / bw_d2h + update(w_0).
 4. Recomputing unit i frees at most its own bytes s_i at the cost of its
    forward time f_i; allowing fractions of units gives R(Y), the fractional
    knapsack that recomputes the cheapest f_i / s_i first: convex and
@@ -60,11 +62,13 @@ def _case(profile: Profile, hw: Hardware, capacity: float, streamed: bool) -> fl
     static = sum(u.buffer_bytes for u in units)
     fwd, bwd = profile.forward_time(), profile.backward_time()
     half = hw.link_duplex == "half"
-    up1 = up2 = down2 = host = step = 0.0
+    up1 = up2 = down2 = host = step = tail = 0.0
     if streamed:
         up1 = up2 = params / hw.h2d_bw
         down2 = params / hw.d2h_bw
         host = optimizer_traffic_bytes(params, profile.optimizer) / hw.host_update_bw
+        first = units[0].param_bytes
+        tail = first / hw.d2h_bw + optimizer_traffic_bytes(first, profile.optimizer) / hw.host_update_bw
         transient_weights = 2 * last.param_bytes
     else:
         static += sum(u.param_bytes + u.optimizer_bytes for u in units)
@@ -83,7 +87,7 @@ def _case(profile: Profile, hw: Hardware, capacity: float, streamed: bool) -> fl
     def phase2(x: float, y: float, rec: float) -> float:
         back = up2 + x / hw.h2d_bw
         link = back + down2 if half else max(back, down2)
-        return max(bwd + rec + step, link, host)
+        return max(bwd + rec + step + tail, link, host)
 
     # Pieces of R(Y): on [knot, knot + nbytes] R grows at `rate` from `base`.
     candidates = [0.0]
@@ -108,7 +112,7 @@ def _case(profile: Profile, hw: Hardware, capacity: float, streamed: bool) -> fl
             k = 1 / hw.h2d_bw
             denom = rate + k
             if denom > 0:
-                points.append((up2 + excess * k - bwd - step - b0 + rate * lo) / denom)
+                points.append((up2 + excess * k - bwd - step - tail - b0 + rate * lo) / denom)
         for y in points + candidates:
             if lo <= y <= hi:
                 rec = math.inf if b0 == math.inf else b0 + rate * (y - lo)

@@ -15,7 +15,9 @@ the performance model as the judge. We search that plan space directly:
    a prefix and keep the rest, recompute a prefix, swap-then-recompute-then-
    keep, uniform ones, sqrt(n) checkpointing) under every depth and weight
    residency, then improve the best seeds by steepest descent over one- and
-   two-group label changes and depth changes, until no move helps.
+   two-group label changes, depth and residency changes (also combined with a
+   label change); then iterated local search (relabel a few random groups,
+   descend again, keep the better) until an evaluation budget is spent.
 4. The winner is expanded to the full chain and simulated there; the
    baselines' plans (also in this plan space) are simulated as well and the
    fastest feasible plan is returned, so KARMA is never slower than the best
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from dataclasses import dataclass, field, replace
 
 from karma.coarsen import balanced_groups, coarsen
@@ -102,34 +105,51 @@ class Search:
         return self.cache[state]
 
     def neighbours(self, state: State):
+        """One-group label changes, depth and residency changes (alone and with a label
+        change), then two adjacent groups changed together."""
         labels, depth, weights = state
         n = len(labels)
-        for d in self.space.depths:
-            if d != depth:
-                yield labels, d, weights
-        for w in self.space.weights:
-            if w != weights:
-                yield labels, depth, w
+        singles = []
         for i in range(n):
             for label in self.space.labels:
                 if label != labels[i]:
                     new = labels[:i] + (label,) + labels[i + 1:]
                     if valid(new):
-                        yield new, depth, weights
+                        singles.append(new)
+        others = [(d, w) for d in self.space.depths for w in self.space.weights if (d, w) != (depth, weights)]
+        yield from ((new, depth, weights) for new in singles)
+        yield from ((labels, d, w) for d, w in others)
+        yield from ((new, d, w) for d, w in others for new in singles)
         for i in range(n - 1):
             for a, b in itertools.product(self.space.labels, repeat=2):
-                if (a, b) != labels[i:i + 2] and a != labels[i] and b != labels[i + 1]:
+                if a != labels[i] and b != labels[i + 1]:
                     new = labels[:i] + (a, b) + labels[i + 2:]
                     if valid(new):
                         yield new, depth, weights
 
     def descend(self, state: State) -> State:
+        """Steepest descent: move to the best neighbour while it is faster."""
         best, best_cost = state, self.cost(state)
         while True:
             move = min(self.neighbours(best), key=self.cost, default=None)
             if move is None or self.cost(move) >= best_cost - 1e-12:
                 return best
             best, best_cost = move, self.cost(move)
+
+    def perturb(self, state: State, rng: random.Random) -> State:
+        """Relabel a few random groups (and maybe the depth or residency): an ILS kick."""
+        labels, depth, weights = state
+        labels = list(labels)
+        for _ in range(rng.randint(2, 3)):
+            labels[rng.randrange(len(labels))] = rng.choice(self.space.labels)
+        while not valid(tuple(labels)):
+            bad = next(i for i in range(len(labels)) if not valid(tuple(labels[: i + 1])))
+            labels[bad] = labels[bad][0]
+        if rng.random() < 0.3:
+            depth = rng.choice(self.space.depths)
+        if rng.random() < 0.3:
+            weights = rng.choice(self.space.weights)
+        return tuple(labels), depth, weights
 
 
 def seeds(n: int, space: Space) -> list[tuple[str, ...]]:
@@ -160,25 +180,33 @@ def seeds(n: int, space: Space) -> list[tuple[str, ...]]:
     return sorted(out)
 
 
-def search_states(profile: Profile, hw: Hardware, capacity: float, space: Space, starts: int = 4) -> tuple[State,
-                                                                                                          Search]:
-    """Best state found on `profile` (one group per unit)."""
+def search_states(profile: Profile, hw: Hardware, capacity: float, space: Space, starts: int = 3,
+                  budget: int = 8000, seed: int = 0) -> tuple[State, Search]:
+    """Best state found on `profile` (one group per unit): descend from the best seeds,
+    then iterated local search (kick, descend, keep the better) until `budget` plans
+    have been simulated."""
     s = Search(profile, hw, capacity, space)
     n = len(profile.units)
     candidates = [(labels, d, w) for labels in seeds(n, space) for d in space.depths for w in space.weights]
-    ranked = sorted(candidates, key=s.cost)
     best = None
     tried = set()
-    for state in ranked:
-        key = state[0]
-        if key in tried:
+    for state in sorted(candidates, key=s.cost):
+        if state[0] in tried:
             continue
-        tried.add(key)
+        tried.add(state[0])
         found = s.descend(state)
         if best is None or s.cost(found) < s.cost(best):
             best = found
         if len(tried) >= starts:
             break
+    rng = random.Random(seed)
+    stale = 0
+    while len(s.cache) < budget and stale < 50:
+        before = len(s.cache)
+        found = s.descend(s.perturb(best, rng))
+        if s.cost(found) < s.cost(best) - 1e-12:
+            best = found
+        stale = stale + 1 if len(s.cache) == before else 0
     return best, s
 
 

@@ -24,9 +24,12 @@ of the op that produces it, freed at the end of the op that last needs it):
   backward to the optimizer step (resident) or the download (streamed);
 * streamed weights from their upload to the end of the block's pass.
 
-A tensor shared by the last unit of one block and the first of the next is
-counted in both (conservative by at most one boundary activation per block
-boundary). The forward of block b waits for the swap-outs of blocks up to
+A tensor saved both by a unit (its output) and by the next (its input) is
+one tensor: counted once inside a block and between two kept blocks, and a
+recomputed block after a kept one needs no extra checkpoint (the kept unit
+holds it until its own, later, backward). Elsewhere it is counted in both
+(conservative by at most one boundary activation per block boundary).
+The forward of block b waits for the swap-outs of blocks up to
 b-depth (depth 1: the previous block's copy must be done, vDNN's per-layer
 synchronisation; deeper: more copies in flight), and the prefetches of block
 b are issued when the backward of block b+depth starts.
@@ -153,9 +156,14 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
             block_of[i] = k
     own = [u.saved_bytes for u in units]
     for i in range(1, len(units)):
-        if block_of[i] == block_of[i - 1]:
+        before, here = blocks[block_of[i - 1]], blocks[block_of[i]]
+        if before is here or (before.policy == here.policy == "keep"):
             own[i] -= profile.shared_boundary_bytes(i - 1)
     act = [sum(own[i] for i in b.units) for b in blocks]
+    ckpt_bytes = []
+    for k, b in enumerate(blocks):
+        shared = profile.shared_boundary_bytes(b.start - 1) if k and blocks[k - 1].policy == "keep" else 0
+        ckpt_bytes.append(units[b.start].input_bytes - shared)
     params = [sum(units[i].param_bytes for i in b.units) for b in blocks]
     static = sum(u.buffer_bytes for u in units)
     if not streamed:
@@ -177,7 +185,7 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
         if streamed:
             ready = max(ready, weights_up_end[k])
         if b.policy == "recompute":
-            ckpt = units[b.start].input_bytes
+            ckpt = ckpt_bytes[k]
             s.alloc(ready, ckpt, k)
         first = True
         for i in b.units:
@@ -214,7 +222,7 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
         if b.policy == "swap":
             end = s.op("h2d", "prefetch", k, max(issue, swap_out_end[k]), act[k] / hw.h2d_bw, alloc=act[k])[1]
         elif b.policy == "recompute" and b.checkpoint == "host":
-            ckpt = units[b.start].input_bytes
+            ckpt = ckpt_bytes[k]
             end = s.op("h2d", "prefetch checkpoint", k, max(issue, ckpt_out_end[k]), ckpt / hw.h2d_bw,
                        alloc=ckpt)[1]
         prefetch_end[k] = end
@@ -246,7 +254,7 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
                     prefetch(k - depth, start)
         bwd_ready = ready
         if b.policy == "recompute":
-            s.release(ready, units[b.start].input_bytes, k)
+            s.release(ready, ckpt_bytes[k], k)
         if streamed:
             s.release(ready, params[k], k)
             grads_down_end = s.op("d2h", "download gradients", k, ready, params[k] / hw.d2h_bw,
@@ -268,20 +276,20 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
                   f"{over_by / 1e9:.3f} GB first at block {over_block} (units {b.start}..{b.stop - 1}, {b.policy})")
     return SimResult(
         time=None if reason else end, makespan=end, peak_bytes=peak, capacity=capacity, busy=dict(s.busy),
-        bytes_h2d=_bytes(blocks, act, params, units, streamed, "h2d"),
-        bytes_d2h=_bytes(blocks, act, params, units, streamed, "d2h"),
+        bytes_h2d=_bytes(blocks, act, params, ckpt_bytes, streamed, "h2d"),
+        bytes_d2h=_bytes(blocks, act, params, ckpt_bytes, streamed, "d2h"),
         timeline=s.timeline, reason=reason,
     )
 
 
-def _bytes(blocks, act, params, units, streamed: bool, direction: str) -> float:
+def _bytes(blocks, act, params, ckpt_bytes, streamed: bool, direction: str) -> float:
     """Bytes crossing the link in one direction (streamed weights go up twice, gradients down once)."""
     total = 0.0
     for k, b in enumerate(blocks):
         if b.policy == "swap":
             total += act[k]
         elif b.policy == "recompute" and b.checkpoint == "host":
-            total += units[b.start].input_bytes
+            total += ckpt_bytes[k]
         if streamed:
             total += 2 * params[k] if direction == "h2d" else params[k]
     return total

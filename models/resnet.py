@@ -56,5 +56,5 @@ def _spec(name: str, params: float, batch: int, small_batch: int) -> ModelSpec:
     )
 
 
-RESNET50 = _spec("resnet50", 25.6e6, batch=512, small_batch=4)
-RESNET200 = _spec("resnet200", 64.7e6, batch=192, small_batch=2)
+RESNET50 = _spec("resnet50", 25.6e6, batch=384, small_batch=4)
+RESNET200 = _spec("resnet200", 64.7e6, batch=128, small_batch=2)

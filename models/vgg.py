@@ -63,7 +63,7 @@ VGG16_SPEC = ModelSpec(
         "small": {"cfg": VGG16, "resolution": 32, "num_classes": 100},
         "tiny": {"cfg": TINY, "resolution": 32, "num_classes": 10, "hidden": 32},
     },
-    batch={"paper": 512, "small": 2, "tiny": 2},
+    batch={"paper": 208, "small": 2, "tiny": 2},
     build=build,
     units=units,
     make_batch=make_batch,

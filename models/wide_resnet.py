@@ -85,7 +85,7 @@ WRN_28_10 = ModelSpec(
         "small": {"depth": 28, "width": 4, "num_classes": 10},
         "tiny": {"depth": 10, "width": 1, "num_classes": 10},
     },
-    batch={"paper": 1536, "small": 4, "tiny": 2},
+    batch={"paper": 1280, "small": 4, "tiny": 2},
     build=build,
     units=units,
     make_batch=make_batch,

@@ -7,3 +7,14 @@ import torch
 @pytest.fixture(autouse=True, scope="session")
 def _one_thread():
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_profile():
+    """An analytic profile of a tiny ResNet on the paper's machine."""
+    from karma.hardware import load
+    from karma.profile_analytic import analytic_profile
+    from models import build
+
+    hw = load("v100-abci")
+    return analytic_profile(build("resnet50", "tiny", device="meta"), hw), hw

@@ -1,0 +1,81 @@
+"""Random chains for property tests: profiles with arbitrary costs, and brute force."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+from hypothesis import strategies as st
+
+from karma.hardware import load
+from karma.profile import Profile, UnitProfile
+from karma.simulate import simulate
+
+V100 = load("v100-abci")
+MB = 1e6
+
+
+def make_unit(name: str = "u", **kw) -> UnitProfile:
+    """A unit with every field zero but those given."""
+    fields = dict(forward_time=0.0, backward_time=0.0, forward_flops=0.0, backward_flops=0.0, forward_bytes=0.0,
+                  backward_bytes=0.0, saved_bytes=0, saved_input_bytes=0, saved_output_bytes=0, input_bytes=0,
+                  output_bytes=0, param_bytes=0, buffer_bytes=0, optimizer_bytes=0, workspace_bytes=0)
+    fields.update(kw)
+    return UnitProfile(name=name, **fields)
+
+
+@st.composite
+def units(draw, n: int) -> tuple[UnitProfile, ...]:
+    out = []
+    prev_out = draw(st.integers(1, 200)) * MB
+    for i in range(n):
+        fwd = draw(st.floats(1e-3, 50e-3))
+        saved = draw(st.integers(0, 2000)) * MB
+        output = draw(st.integers(1, 400)) * MB
+        params = draw(st.integers(0, 300)) * MB
+        out.append(UnitProfile(
+            name=f"u{i}", forward_time=fwd, backward_time=fwd * draw(st.floats(1.0, 3.0)),
+            forward_flops=0.0, backward_flops=0.0, forward_bytes=0.0, backward_bytes=0.0,
+            saved_bytes=saved, saved_input_bytes=0, saved_output_bytes=0, input_bytes=prev_out,
+            output_bytes=output, param_bytes=params, buffer_bytes=0, optimizer_bytes=params,
+            workspace_bytes=draw(st.integers(0, 300)) * MB,
+        ))
+        prev_out = output
+    return tuple(out)
+
+
+@st.composite
+def chains(draw, min_units: int = 1, max_units: int = 8):
+    """(profile, hardware, capacity): capacity between what checkpointing every unit
+    needs (resident weights) and a little over the in-core peak, so most cases are tight."""
+    n = draw(st.integers(min_units, max_units))
+    profile = Profile("random", "tiny", 1, "analytic", "v100-abci", draw(st.sampled_from(["sgd", "adam"])),
+                      draw(units(n)))
+    hw = replace(V100, h2d_bw=draw(st.floats(1e9, 100e9)), link_duplex=draw(st.sampled_from(["full", "half"])))
+    hw = replace(hw, d2h_bw=hw.h2d_bw * draw(st.floats(0.5, 2.0)))
+    from karma.plan import from_policies
+
+    lean = simulate(profile, from_policies("random", 1, ["recompute"] * n, segments=list(range(n))), hw,
+                    record=False).peak_bytes
+    full = profile.in_core_peak_bytes()
+    capacity = lean + (full - lean) * draw(st.floats(0.0, 1.05))
+    return profile, hw, capacity
+
+
+def brute_force(profile, hw, capacity, space):
+    """Fastest feasible time over every (labels, depth, weights) of `space` (one group per unit)."""
+    from karma.planner import to_plan, valid
+
+    n = len(profile.units)
+    groups = [(i, i + 1) for i in range(n)]
+    best = None
+    for labels in itertools.product(space.labels, repeat=n):
+        if not valid(labels):
+            continue
+        for depth in space.depths:
+            for weights in space.weights:
+                result = simulate(profile, to_plan(profile, groups, (labels, depth, weights)), hw, capacity,
+                                  record=False)
+                if result.feasible and (best is None or result.time < best):
+                    best = result.time
+    return best

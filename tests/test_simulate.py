@@ -1,0 +1,158 @@
+"""The performance model's concurrency analysis, as properties over random chains."""
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from karma.plan import Block, Plan, from_policies
+from karma.profile import Profile
+from karma.simulate import optimizer_traffic_bytes, simulate
+from tests.chains import V100, chains, make_unit
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+INF_LINK = replace(V100, h2d_bw=1e30, d2h_bw=1e30)
+
+
+def plan_of(profile: Profile, label: str, **kw) -> Plan:
+    return from_policies(profile.model, profile.batch, [label] * len(profile.units), **kw)
+
+
+def step_time(profile: Profile, hw) -> float:
+    return optimizer_traffic_bytes(profile.param_bytes(), profile.optimizer) / hw.memory_bw
+
+
+@SETTINGS
+@given(chains())
+def test_all_keep_is_the_sum_of_forward_and_backward(case):
+    profile, hw, _ = case
+    result = simulate(profile, plan_of(profile, "keep"), hw, capacity=math.inf)
+    expected = profile.forward_time() + profile.backward_time() + step_time(profile, hw)
+    assert result.time == pytest.approx(expected, rel=1e-12)
+    assert result.peak_bytes == pytest.approx(profile.in_core_peak_bytes(), rel=1e-12)
+    assert result.bytes_h2d == result.bytes_d2h == 0
+
+
+@SETTINGS
+@given(chains(), st.integers(1, 4))
+def test_swap_all_over_an_infinitely_fast_link_costs_nothing(case, depth):
+    profile, _, _ = case
+    keep = simulate(profile, plan_of(profile, "keep"), INF_LINK, capacity=math.inf)
+    swap = simulate(profile, plan_of(profile, "swap", prefetch_depth=depth), INF_LINK, capacity=math.inf)
+    assert swap.time == pytest.approx(keep.time, rel=1e-9)
+
+
+def uniform(n: int, f: float, b: float, saved: float) -> Profile:
+    unit = make_unit(forward_time=f, backward_time=b, saved_bytes=int(saved), input_bytes=1, output_bytes=1)
+    return Profile("uniform", "tiny", 1, "analytic", "v100-abci", "sgd", tuple([unit] * n))
+
+
+@pytest.mark.parametrize("n, f, b, transfer", [
+    (5, 1.0, 2.0, 3.0),  # link slower than forward and backward
+    (4, 1.0, 2.0, 1.5),  # link slower than forward, faster than backward
+    (6, 2.0, 4.0, 1.0),  # link faster than both: fully hidden but for the ends
+])
+def test_swap_all_matches_the_two_stage_pipeline_closed_form(n, f, b, transfer):
+    """Swap every unit, all prefetches issued at once (depth >= n), full duplex.
+
+    Forward: compute then copy out is a two-stage flow shop, the last copy
+    ends at f + (n-1) max(f, t) + t. Backward: copies in, each then its
+    backward: the last backward ends at (end of forward) + t + (n-1) max(t, b) + b.
+    """
+    bw = 1e9
+    profile = uniform(n, f, b, transfer * bw)
+    hw = replace(V100, h2d_bw=bw, d2h_bw=bw)
+    plan = plan_of(profile, "swap", prefetch_depth=n)
+    result = simulate(profile, plan, hw, capacity=math.inf)
+    forward_copies_end = f + (n - 1) * max(f, transfer) + transfer
+    # the first prefetch (last unit) waits for its own swap-out, the others queue behind it
+    backward_end = forward_copies_end + transfer + (n - 1) * max(transfer, b) + b
+    assert result.makespan == pytest.approx(backward_end, rel=1e-12)
+
+
+@SETTINGS
+@given(chains(min_units=2), st.data())
+def test_recompute_adds_exactly_the_recomputed_forward(case, data):
+    profile, hw, _ = case
+    n = len(profile.units)
+    start = data.draw(st.integers(0, n - 1))
+    stop = data.draw(st.integers(start + 1, n))
+    blocks = [Block(i, i + 1) for i in range(start)] + [Block(start, stop, "recompute")] + \
+             [Block(i, i + 1) for i in range(stop, n)]
+    plan = Plan(profile.model, profile.batch, n, tuple(blocks))
+    keep = simulate(profile, plan_of(profile, "keep"), hw, capacity=math.inf)
+    rec = simulate(profile, plan, hw, capacity=math.inf)
+    extra = sum(u.forward_time for u in profile.units[start:stop])
+    assert rec.time == pytest.approx(keep.time + extra, rel=1e-12)
+
+
+def random_plan(data, profile: Profile) -> Plan:
+    labels = data.draw(st.lists(st.sampled_from(["keep", "swap", "recompute"]), min_size=len(profile.units),
+                                max_size=len(profile.units)))
+    checkpoint = data.draw(st.sampled_from(["device", "host"]))
+    return from_policies(profile.model, profile.batch, labels, checkpoint=checkpoint,
+                         weights=data.draw(st.sampled_from(["resident", "streamed"])),
+                         prefetch_depth=data.draw(st.integers(1, 3)))
+
+
+@SETTINGS
+@given(chains(), st.data(), st.floats(1.01, 10.0))
+def test_time_never_decreases_when_the_link_or_compute_slows(case, data, factor):
+    profile, hw, _ = case
+    plan = random_plan(data, profile)
+    base = simulate(profile, plan, hw, capacity=math.inf).time
+    slow_link = replace(hw, h2d_bw=hw.h2d_bw / factor, d2h_bw=hw.d2h_bw / factor)
+    assert simulate(profile, plan, slow_link, capacity=math.inf).time >= base * (1 - 1e-12)
+    slow = replace(profile, units=tuple(replace(u, forward_time=u.forward_time * factor,
+                                                backward_time=u.backward_time * factor) for u in profile.units))
+    assert simulate(slow, plan, hw, capacity=math.inf).time >= base * (1 - 1e-12)
+
+
+@SETTINGS
+@given(chains(), st.data())
+def test_over_capacity_is_rejected_with_the_reason_never_a_time(case, data):
+    profile, hw, _ = case
+    plan = random_plan(data, profile)
+    free = simulate(profile, plan, hw, capacity=math.inf)
+    tight = simulate(profile, plan, hw, capacity=free.peak_bytes * 0.99)
+    assert tight.time is None and not tight.feasible
+    assert "over the" in tight.reason and "block" in tight.reason
+    fits = simulate(profile, plan, hw, capacity=free.peak_bytes)
+    assert fits.feasible and fits.time == pytest.approx(free.time)
+
+
+@SETTINGS
+@given(chains(), st.data())
+def test_timeline_respects_queues_and_bytes(case, data):
+    profile, hw, _ = case
+    plan = random_plan(data, profile)
+    result = simulate(profile, plan, hw, capacity=math.inf)
+    by_queue = {}
+    for e in result.timeline:
+        assert e.end >= e.start >= 0
+        by_queue.setdefault(e.resource, []).append(e)
+    for events in by_queue.values():  # an in-order queue never runs two ops at once
+        for a, b in zip(events, events[1:], strict=False):
+            assert b.start >= a.end - 1e-12
+    for resource, busy in result.busy.items():
+        assert busy == pytest.approx(sum(e.end - e.start for e in by_queue[resource]))
+    assert result.makespan == pytest.approx(max(e.end for e in result.timeline))
+
+
+def test_half_duplex_link_serialises_both_directions():
+    profile = uniform(4, 1.0, 2.0, 3e9)
+    full = simulate(profile, plan_of(profile, "swap", prefetch_depth=4), replace(V100, h2d_bw=1e9, d2h_bw=1e9),
+                    capacity=math.inf)
+    half = simulate(profile, plan_of(profile, "swap", prefetch_depth=4),
+                    replace(V100, h2d_bw=1e9, d2h_bw=1e9, link_duplex="half"), capacity=math.inf)
+    assert "link" in half.busy and half.time >= full.time
+
+
+def test_streamed_weights_move_weights_twice_up_and_gradients_down():
+    profile = uniform(3, 1.0, 2.0, 1e9)
+    profile = replace(profile, units=tuple(replace(u, param_bytes=1e9, optimizer_bytes=1e9) for u in profile.units))
+    result = simulate(profile, plan_of(profile, "keep", weights="streamed"), V100, capacity=math.inf)
+    assert result.bytes_h2d == 6e9 and result.bytes_d2h == 3e9
+    assert result.busy["host"] == pytest.approx(3 * optimizer_traffic_bytes(1e9, "sgd") / V100.host_update_bw)
