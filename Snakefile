@@ -8,6 +8,7 @@ configfile: "config/config.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/plan.smk"
 
 
 rule all:
@@ -16,4 +17,6 @@ rule all:
         "results/tables/footprint.md",
         "results/tables/measured_profiles.csv",
         "results/figures/footprint.png",
+        "results/tables/speedups.md",
+        expand("results/figures/gantt_{model}.png", model=config["gantt_model"]),
     default_target: True

@@ -92,6 +92,73 @@ def cmd_profile(args) -> None:
           f"in-core peak {profile.in_core_peak_bytes() / 1e9:.2f} GB [{profile.label}] -> {out}")
 
 
+def _capacity(args, hw) -> float:
+    if args.capacity_gb is None:
+        return hw.device_memory
+    if args.capacity_gb <= 0:
+        raise KarmaError(f"capacity must be positive, got {args.capacity_gb} GB")
+    return args.capacity_gb * 1e9
+
+
+def cmd_plan(args) -> None:
+    from karma.bound import lower_bound
+    from karma.hardware import load
+    from karma.profile import Profile
+    from karma.strategy import run_strategy
+
+    profile = Profile.from_json(args.profile)
+    hw = load(args.hardware)
+    capacity = _capacity(args, hw)
+    outcome = run_strategy(args.strategy, profile, hw, capacity)
+    if outcome.plan is None:
+        raise KarmaError(f"strategy '{args.strategy}' has no plan for {profile.model}")
+    bound = lower_bound(profile, hw, capacity)
+    out = Path(args.out or f"{profile.model}-{args.strategy}-plan.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    outcome.plan.to_json(tmp)
+    tmp.replace(out)
+    if outcome.result.feasible:
+        verdict = (f"{outcome.time:.4f} s/iteration, peak {outcome.result.peak_bytes / 1e9:.2f} GB, "
+                   f"plan/bound {outcome.time / bound:.3f}")
+    else:
+        verdict = f"OOM: {outcome.result.reason}"
+    print(f"{args.strategy} plan for {profile.model} batch {profile.batch} in {capacity / 1e9:.2f} GB: {verdict} "
+          f"[simulated on {hw.name}] -> {out}")
+
+
+def cmd_simulate(args) -> None:
+    import csv
+    from dataclasses import asdict
+
+    from karma.bound import lower_bound
+    from karma.hardware import load
+    from karma.plan import Plan
+    from karma.profile import Profile
+    from karma.simulate import simulate
+
+    profile = Profile.from_json(args.profile)
+    plan = Plan.from_json(args.plan)
+    if plan.model != profile.model or plan.batch != profile.batch:
+        raise KarmaError(f"plan is for {plan.model} batch {plan.batch}, the profile is {profile.model} "
+                         f"batch {profile.batch}")
+    hw = load(args.hardware)
+    capacity = _capacity(args, hw)
+    result = simulate(profile, plan, hw, capacity)
+    if not result.feasible:
+        raise KarmaError(f"plan rejected: {result.reason}")
+    if args.timeline:
+        with open(args.timeline, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["resource", "op", "block", "start", "end"])
+            writer.writeheader()
+            writer.writerows(asdict(e) for e in result.timeline)
+    busy = ", ".join(f"{k} {v:.3f} s" for k, v in result.busy.items())
+    print(f"{plan.strategy} plan for {profile.model} batch {profile.batch} [simulated on {hw.name}]: "
+          f"{result.time:.4f} s/iteration, peak {result.peak_bytes / 1e9:.2f} of {capacity / 1e9:.2f} GB, "
+          f"h2d {result.bytes_h2d / 1e9:.2f} GB, d2h {result.bytes_d2h / 1e9:.2f} GB, busy: {busy}, "
+          f"plan/bound {result.time / lower_bound(profile, hw, capacity):.3f}")
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Usage mistakes print one line (and `--help` points further), not the whole usage."""
 
@@ -117,6 +184,20 @@ def parser() -> argparse.ArgumentParser:
     prof.add_argument("--csv", help="also write the per-unit table as CSV")
     prof.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     prof.set_defaults(func=cmd_profile)
+    pl = sub.add_parser("plan", help="plan a profile with a strategy (karma or a baseline)")
+    pl.add_argument("profile", help="profile JSON (karma profile ...)")
+    pl.add_argument("--strategy", default="karma")
+    pl.add_argument("--hardware", default="v100-abci", help="preset name or YAML path")
+    pl.add_argument("--capacity-gb", type=float, help="device memory to plan for (default: the hardware's)")
+    pl.add_argument("--out", help="plan JSON output path")
+    pl.set_defaults(func=cmd_plan)
+    sim = sub.add_parser("simulate", help="simulate one iteration of a plan (the performance model)")
+    sim.add_argument("profile")
+    sim.add_argument("plan")
+    sim.add_argument("--hardware", default="v100-abci")
+    sim.add_argument("--capacity-gb", type=float)
+    sim.add_argument("--timeline", help="write the timeline as CSV (resource, op, block, start, end)")
+    sim.set_defaults(func=cmd_simulate)
     return p
 
 

@@ -56,3 +56,84 @@ def footprint_figure(df: pd.DataFrame, hardware: str, out: Path, split_at_GB: fl
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=150)
     plt.close(fig)
+
+
+#: One colour per kind of operation in the Gantt charts.
+OP_COLOURS = {
+    "forward": "#4C72B0", "backward": "#55A868", "recompute": "#C44E52", "optimizer step": "#8172B2",
+    "swap out": "#DD8452", "prefetch": "#DD8452", "offload checkpoint": "#937860",
+    "prefetch checkpoint": "#937860", "upload weights": "#DA8BC3", "download gradients": "#DA8BC3",
+}
+RESOURCES = ["compute", "h2d", "d2h", "link", "host"]
+
+
+def gantt_figure(timelines: dict, title: str, out: Path) -> None:
+    """One panel per strategy: its simulated timeline on each resource (seconds)."""
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+
+    names = list(timelines)
+    fig, axes = plt.subplots(len(names), 1, figsize=(10, 1.3 * len(names) + 0.8), sharex=True, squeeze=False)
+    horizon = max((e.end for tl in timelines.values() if tl for e in tl), default=1.0)
+    for ax, name in zip(axes[:, 0], names, strict=True):
+        events = timelines[name]
+        used = [r for r in RESOURCES if any(e.resource == r for e in events or [])]
+        for row, resource in enumerate(used):
+            spans = [(e.start, e.end - e.start) for e in events if e.resource == resource]
+            colours = [OP_COLOURS.get(e.op, "grey") for e in events if e.resource == resource]
+            ax.broken_barh(spans, (row - 0.4, 0.8), facecolors=colours, edgecolor="white", linewidth=0.3)
+        ax.set_yticks(range(len(used)), used, fontsize=7)
+        ax.set_ylim(-0.6, max(len(used), 1) - 0.4)
+        ax.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=8)
+        if not events:
+            ax.text(horizon / 2, 0, "OOM: no feasible plan", ha="center", va="center", fontsize=8)
+        ax.grid(axis="y", visible=False)
+    axes[-1, 0].set_xlabel("time in one iteration (s)")
+    kinds = ["forward", "backward", "recompute", "swap out", "offload checkpoint", "upload weights",
+             "optimizer step"]
+    handles = [Patch(color=OP_COLOURS[k], label=k.replace("swap out", "swap out / prefetch")
+                     .replace("offload checkpoint", "checkpoint copies").replace("upload weights", "weights / grads"))
+               for k in kinds]
+    fig.legend(handles=handles, loc="upper center", ncol=7, fontsize=7, frameon=False, bbox_to_anchor=(0.5, 1.0))
+    fig.suptitle(title, fontsize=9, y=1.04)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+
+
+def speedup_figure(table: pd.DataFrame, hardware: str, out: Path) -> None:
+    """Time per iteration of every strategy per model, normalised to KARMA (OOM marked)."""
+    plt = _pyplot()
+    import seaborn as sns
+
+    models = list(dict.fromkeys(table.model))
+    strategies = [s for s in dict.fromkeys(table.strategy) if s != "karma"] + ["karma"]
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    width = 0.8 / len(strategies)
+    palette = sns.color_palette("deep", len(strategies))
+    for j, strategy in enumerate(strategies):
+        for i, model in enumerate(models):
+            row = table[(table.model == model) & (table.strategy == strategy)]
+            x = i + (j - (len(strategies) - 1) / 2) * width
+            if row.empty:
+                continue
+            if row.status.iloc[0] != "ok":
+                ax.text(x, 0.05, "OOM", rotation=90, ha="center", va="bottom", fontsize=6, color=palette[j])
+                continue
+            ax.bar(x, row.karma_speedup.iloc[0], width, color=palette[j], label=strategy if i == 0 else None)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(models)), [f"{m}\n(batch {table[table.model == m].batch.iloc[0]})" for m in models],
+                  fontsize=7)
+    ax.set_ylabel("time / KARMA's time (higher: KARMA faster)")
+    ax.set_yscale("log")
+    ax.set_title(f"Simulated time per iteration relative to KARMA on {hardware} (OOM: plan does not fit)",
+                 fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    seen = dict(zip(labels, handles, strict=True))
+    ax.legend([seen[s] for s in strategies if s in seen], [s for s in strategies if s in seen], fontsize=7,
+              ncol=len(strategies), loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=150, bbox_inches="tight")
+    plt.close(fig)

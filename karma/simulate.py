@@ -268,12 +268,12 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
         traffic = optimizer_traffic_bytes(sum(params), profile.optimizer)
         end = s.op("compute", "optimizer step", 0, bwd_ready, traffic / hw.memory_bw,
                    free=sum(params))[1]
-    peak, over_block, over_by = s.peak(static, capacity)
+    peak, over_block, _ = s.peak(static, capacity)
     reason = None
     if over_block is not None:
         b = blocks[over_block]
-        reason = (f"needs {peak / 1e9:.3f} GB, over the {capacity / 1e9:.3f} GB capacity by "
-                  f"{over_by / 1e9:.3f} GB first at block {over_block} (units {b.start}..{b.stop - 1}, {b.policy})")
+        reason = (f"needs {peak / 1e9:.3f} GB, {(peak - capacity) / 1e9:.3f} GB over the {capacity / 1e9:.3f} GB "
+                  f"capacity; first over at block {over_block} (units {b.start}..{b.stop - 1}, {b.policy})")
     return SimResult(
         time=None if reason else end, makespan=end, peak_bytes=peak, capacity=capacity, busy=dict(s.busy),
         bytes_h2d=_bytes(blocks, act, params, ckpt_bytes, streamed, "h2d"),

@@ -60,6 +60,7 @@ class Outcome:
     strategy: str
     plan: Plan | None
     result: SimResult | None
+    error: str = ""
 
     @property
     def time(self) -> float | None:

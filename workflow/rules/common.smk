@@ -5,12 +5,21 @@ from snakemake.utils import validate
 
 from karma.errors import KarmaError
 from karma.hardware import load as load_hardware
+from karma.strategy import available as available_strategies
 
 validate(config, "../schemas/config.schema.yaml")
 try:
     HARDWARE = load_hardware(config["hardware"]).name
 except KarmaError as err:
     raise WorkflowError(f"config 'hardware': {err}") from None
+_unknown = [s for s in config["strategies"] if s not in available_strategies()]
+if _unknown:
+    raise WorkflowError(f"config 'strategies': unknown strategy '{_unknown[0]}'; "
+                        f"valid: {', '.join(available_strategies())}")
+for _key in ("speedup_models", "gantt_model"):
+    for _model in config[_key] if isinstance(config[_key], list) else [config[_key]]:
+        if _model not in config["paper_models"]:
+            raise WorkflowError(f"config '{_key}': '{_model}' must also be listed in 'paper_models'")
 
 
 def paper_batch(wildcards):
@@ -24,3 +33,7 @@ def analytic_profiles(wildcards):
 def measured_profiles(wildcards):
     size = config["measured"]["size"]
     return expand("results/profiles/measured/{size}/{model}.json", size=size, model=config["measured"]["models"])
+
+
+def strategy_tables(wildcards):
+    return expand("results/strategies/{hw}/{model}.csv", hw=HARDWARE, model=config["speedup_models"])
