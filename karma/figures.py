@@ -79,9 +79,12 @@ def gantt_figure(timelines: dict, title: str, out: Path) -> None:
         events = timelines[name]
         used = [r for r in RESOURCES if any(e.resource == r for e in events or [])]
         for row, resource in enumerate(used):
-            spans = [(e.start, e.end - e.start) for e in events if e.resource == resource]
-            colours = [OP_COLOURS.get(e.op, "grey") for e in events if e.resource == resource]
-            ax.broken_barh(spans, (row - 0.4, 0.8), facecolors=colours, edgecolor="white", linewidth=0.3)
+            mine = [e for e in events if e.resource == resource]
+            for wide in (False, True):  # white separators only where they do not hide the op
+                part = [e for e in mine if ((e.end - e.start) > 0.004 * horizon) == wide]
+                ax.broken_barh([(e.start, e.end - e.start) for e in part], (row - 0.4, 0.8),
+                               facecolors=[OP_COLOURS.get(e.op, "grey") for e in part],
+                               edgecolor="white" if wide else "none", linewidth=0.3 if wide else 0)
         ax.set_yticks(range(len(used)), used, fontsize=7)
         ax.set_ylim(-0.6, max(len(used), 1) - 0.4)
         ax.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=8)
@@ -119,19 +122,23 @@ def speedup_figure(table: pd.DataFrame, hardware: str, out: Path) -> None:
             if row.empty:
                 continue
             if row.status.iloc[0] != "ok":
-                ax.text(x, 0.05, "OOM", rotation=90, ha="center", va="bottom", fontsize=6, color=palette[j])
+                ax.text(x, 1.02, "OOM", rotation=90, ha="center", va="bottom", fontsize=6, color=palette[j])
                 continue
-            ax.bar(x, row.karma_speedup.iloc[0], width, color=palette[j], label=strategy if i == 0 else None)
+            ax.bar(x, row.karma_speedup.iloc[0], width, color=palette[j])
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(models)), [f"{m}\n(batch {table[table.model == m].batch.iloc[0]})" for m in models],
                   fontsize=7)
     ax.set_ylabel("time / KARMA's time (higher: KARMA faster)")
     ax.set_yscale("log")
+    ticks = [t for t in (1, 1.25, 1.5, 2, 3, 4, 6, 8, 12, 16) if t <= max(2.0, table.karma_speedup.max() * 1.1)]
+    ax.set_yticks(ticks, [f"{t:g}x" for t in ticks])
+    ax.minorticks_off()
+    ax.set_ylim(0.9, ticks[-1] * 1.1)
     ax.set_title(f"Simulated time per iteration relative to KARMA on {hardware} (OOM: plan does not fit)",
                  fontsize=9)
-    handles, labels = ax.get_legend_handles_labels()
-    seen = dict(zip(labels, handles, strict=True))
-    ax.legend([seen[s] for s in strategies if s in seen], [s for s in strategies if s in seen], fontsize=7,
+    from matplotlib.patches import Patch
+
+    ax.legend([Patch(color=palette[j]) for j in range(len(strategies))], strategies, fontsize=7,
               ncol=len(strategies), loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from karma.cli import main
+from karma.profile import Profile
 
 
 def test_profile_writes_json_and_csv(tmp_path, capsys):
@@ -43,3 +44,33 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, words):
 
 def test_lists():
     assert main(["models"]) == 0 and main(["hardware"]) == 0
+
+
+def test_plan_then_simulate(tmp_path, capsys):
+    profile, plan, timeline = tmp_path / "p.json", tmp_path / "plan.json", tmp_path / "tl.csv"
+    assert main(["profile", "resnet1001", "--size", "tiny", "--out", str(profile)]) == 0
+    capacity = Profile.from_json(profile).in_core_peak_bytes() * 0.8 / 1e9
+    assert main(["plan", str(profile), "--capacity-gb", str(capacity), "--out", str(plan)]) == 0
+    assert "plan/bound" in capsys.readouterr().out
+    assert main(["simulate", str(profile), str(plan), "--capacity-gb", str(capacity),
+                 "--timeline", str(timeline)]) == 0
+    assert "simulated on v100-abci" in capsys.readouterr().out
+    assert timeline.read_text().startswith("resource,op,block,start,end")
+
+
+def test_capacity_below_any_plan_is_one_line(tmp_path):
+    profile = tmp_path / "p.json"
+    assert main(["profile", "resnet1001", "--size", "tiny", "--out", str(profile)]) == 0
+    proc = subprocess.run([sys.executable, "-m", "karma", "plan", str(profile), "--capacity-gb", "0.000001",
+                           "--out", str(tmp_path / "never.json")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "the most frugal plan found needs" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "never.json").exists()
+
+
+def test_malformed_plan_is_one_line(tmp_path):
+    profile, plan = tmp_path / "p.json", tmp_path / "bad.json"
+    assert main(["profile", "resnet1001", "--size", "tiny", "--out", str(profile)]) == 0
+    plan.write_text('{"version": 1, "model": "resnet1001", "batch": 2, "units": 8, "blocks": [{"start": 0}]}')
+    proc = subprocess.run([sys.executable, "-m", "karma", "simulate", str(profile), str(plan)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "'blocks[0]' needs 'start' and 'stop'" in proc.stderr

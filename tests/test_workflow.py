@@ -27,6 +27,31 @@ def copy_workflow(tmp_path) -> Path:
     return tmp_path
 
 
+def test_a_baseline_file_plus_its_name_in_the_config_reaches_the_table(tmp_path):
+    """The README's 'adding a baseline' recipe, end to end on a small config."""
+    import pandas as pd
+
+    cwd = copy_workflow(tmp_path)
+    baselines = cwd / "baselines"
+    shutil.copytree(ROOT / "baselines", baselines)
+    (baselines / "keep_half.py").write_text(
+        "from karma.plan import from_policies\n\n\n"
+        "def plan(profile, hw, capacity):\n"
+        "    n = len(profile.units)\n"
+        "    labels = ['swap'] * (n // 2) + ['keep'] * (n - n // 2)\n"
+        "    return from_policies(profile.model, profile.batch, labels, strategy='keep-half')\n")
+    config = yaml.safe_load((cwd / "config/config.yaml").read_text())
+    config.update(paper_models=["resnet1001"], speedup_models=["resnet1001"], gantt_model="resnet1001",
+                  strategies=["vdnn", "keep-half", "karma"])
+    (cwd / "config/config.yaml").write_text(yaml.safe_dump(config))
+    env = {**__import__("os").environ, "PYTHONPATH": f"{cwd}:{ROOT}"}
+    proc = subprocess.run([*SNAKEMAKE, "--cores", "2", "results/tables/speedups.csv"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = pd.read_csv(cwd / "results/tables/speedups.csv")
+    assert "keep-half" in set(table.strategy)
+
+
 def run(cwd, *args):
     return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
@@ -40,13 +65,17 @@ def test_lint_is_clean(tmp_path):
 def test_dry_run_plans_every_profile(tmp_path):
     proc = run(copy_workflow(tmp_path), "-n", "--cores", "1")
     assert proc.returncode == 0, proc.stderr
-    assert "profile_analytic" in proc.stdout and "footprint_table" in proc.stdout
+    for rule in ["profile_analytic", "profile_measured", "footprint_table", "compare_strategies", "speedup_table",
+                 "gantt"]:
+        assert rule in proc.stdout
 
 
 @pytest.mark.parametrize("key, value, words", [
     ("paper_models", ["resnet51"], "resnet51"),
     ("hardware", "v200", "valid: "),
     ("colour", "red", "colour"),
+    ("strategies", ["karma", "vdnn2"], "valid: "),
+    ("gantt_model", "resnet51", "resnet51"),
 ])
 def test_bad_config_names_the_key(tmp_path, key, value, words):
     cwd = copy_workflow(tmp_path)
