@@ -14,3 +14,17 @@ def choose(kind: str, name: str, valid, context: str = "") -> None:
     valid = sorted(valid)
     if name not in valid:
         raise KarmaError(f"unknown {kind} '{name}'{context}; valid: {', '.join(valid)}")
+
+
+def read_json(path, kind: str):
+    """The parsed JSON of a user's file; a missing or broken file is one KarmaError line."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.exists():
+        raise KarmaError(f"{kind} file not found: {path}")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise KarmaError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None

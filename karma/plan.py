@@ -24,7 +24,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from karma.errors import KarmaError
+from karma.errors import KarmaError, read_json
 
 VERSION = 1
 POLICIES = ("keep", "swap", "recompute")
@@ -115,14 +115,7 @@ class Plan:
 
     @classmethod
     def from_json(cls, path: str | Path) -> Plan:
-        path = Path(path)
-        if not path.exists():
-            raise KarmaError(f"plan file not found: {path}")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise KarmaError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-        return cls.from_dict(data, str(path))
+        return cls.from_dict(read_json(path, "plan"), str(path))
 
 
 def _int(value, name: str, minimum: int) -> None:

@@ -21,7 +21,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from karma.errors import KarmaError
+from karma.errors import KarmaError, read_json
 
 VERSION = 1
 #: bytes of optimizer state per byte of weights (SGD with momentum: the momentum
@@ -172,11 +172,4 @@ class Profile:
 
     @classmethod
     def from_json(cls, path: str | Path) -> Profile:
-        path = Path(path)
-        if not path.exists():
-            raise KarmaError(f"profile file not found: {path}")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise KarmaError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-        return cls.from_dict(data, str(path))
+        return cls.from_dict(read_json(path, "profile"), str(path))

@@ -101,3 +101,17 @@ def random_images(shape: tuple[int, ...], classes: int, batch: int, device: torc
     x = torch.randn((batch, *shape), generator=gen)
     y = torch.randint(0, classes, (batch,), generator=gen)
     return x.to(device), y.to(device)
+
+
+def staged_units(stem: nn.Module, stages: nn.Sequential, prefix: str, head: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Stem, every block of every stage (named `<prefix><stage>_<block>`), head."""
+    chain: list[tuple[str, nn.Module]] = [("stem", stem)]
+    for s, stage in enumerate(stages):
+        chain += [(f"{prefix}{s + 1}_{b}", block) for b, block in enumerate(stage)]
+    chain.append(("head", head))
+    return chain
+
+
+def cifar_batch(config, batch, device, seed) -> Batch:
+    """Synthetic CIFAR-sized images (3x32x32)."""
+    return random_images((3, 32, 32), config["num_classes"], batch, device, seed)

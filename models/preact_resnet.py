@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import nn
 
-from models.chain import ModelSpec, random_images
+from models.chain import ModelSpec, cifar_batch, staged_units
 
 
 class PreActBottleneck(nn.Module):
@@ -68,16 +68,8 @@ def build(blocks_per_stage: int, num_classes: int = 10, **_) -> nn.Module:
     return PreActResNet(blocks_per_stage, num_classes)
 
 
-def units(model: PreActResNet) -> list[tuple[str, nn.Module]]:
-    chain: list[tuple[str, nn.Module]] = [("stem", model.stem)]
-    for s, stage in enumerate(model.stages):
-        chain += [(f"stage{s + 1}_{b}", block) for b, block in enumerate(stage)]
-    chain.append(("head", model.head))
-    return chain
-
-
-def make_batch(config, batch, device, seed):
-    return random_images((3, 32, 32), config["num_classes"], batch, device, seed)
+def units(model) -> list[tuple[str, nn.Module]]:
+    return staged_units(model.stem, model.stages, "stage", model.head)
 
 
 RESNET1001 = ModelSpec(
@@ -92,7 +84,7 @@ RESNET1001 = ModelSpec(
     batch={"paper": 256, "small": 2, "tiny": 2},
     build=build,
     units=units,
-    make_batch=make_batch,
+    make_batch=cifar_batch,
     loss=F.cross_entropy,
     optimizer="sgd",
     published_params=10.2e6,

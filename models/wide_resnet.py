@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import nn
 
-from models.chain import ModelSpec, random_images
+from models.chain import ModelSpec, cifar_batch, staged_units
 
 
 class WideBasic(nn.Module):
@@ -64,16 +64,8 @@ def build(depth: int, width: int, num_classes: int = 10, dropout: float = 0.3, *
     return WideResNet(depth, width, num_classes, dropout)
 
 
-def units(model: WideResNet) -> list[tuple[str, nn.Module]]:
-    chain: list[tuple[str, nn.Module]] = [("stem", model.stem)]
-    for g, group in enumerate(model.groups):
-        chain += [(f"group{g + 1}_{b}", block) for b, block in enumerate(group)]
-    chain.append(("head", model.head))
-    return chain
-
-
-def make_batch(config, batch, device, seed):
-    return random_images((3, 32, 32), config["num_classes"], batch, device, seed)
+def units(model) -> list[tuple[str, nn.Module]]:
+    return staged_units(model.stem, model.groups, "group", model.head)
 
 
 WRN_28_10 = ModelSpec(
@@ -88,7 +80,7 @@ WRN_28_10 = ModelSpec(
     batch={"paper": 1280, "small": 4, "tiny": 2},
     build=build,
     units=units,
-    make_batch=make_batch,
+    make_batch=cifar_batch,
     loss=F.cross_entropy,
     optimizer="sgd",
     published_params=36.5e6,
