@@ -1,0 +1,64 @@
+"""Device memory of the emulated device, accounted per storage and owner.
+
+A storage (the memory behind a tensor) is on the device while at least one
+owner holds it: a block that saved it for backward, a block whose checkpoint
+it is, a prefetch. Counting storages, not tensors, counts a tensor saved by
+two units once, as PyTorch's memory would. Going past the capacity raises
+DeviceOOM naming the block, so the runtime never exceeds the memory it was
+given. Thread safe: the link's workers free and allocate too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from karma.errors import KarmaError
+
+
+class DeviceOOM(KarmaError):
+    """An allocation would exceed the emulated device's capacity."""
+
+
+class Ledger:
+    def __init__(self, capacity: float, clock_start: float | None = None):
+        self.capacity = capacity
+        self.used = 0
+        self.peak = 0
+        self._owners: dict[object, set] = {}
+        self._bytes: dict[object, int] = {}
+        self._lock = threading.Lock()
+        self.start = time.perf_counter() if clock_start is None else clock_start
+        self.trace: list[tuple[float, int]] = []
+
+    def hold(self, key, nbytes: int, owner, where: str) -> None:
+        """`owner` holds storage `key` of `nbytes`; allocates it if nobody did."""
+        with self._lock:
+            owners = self._owners.setdefault(key, set())
+            if not owners:
+                if self.used + nbytes > self.capacity:
+                    if not owners:
+                        del self._owners[key]
+                    raise DeviceOOM(f"{where}: allocating {nbytes / 1e6:.1f} MB would use "
+                                    f"{(self.used + nbytes) / 1e9:.4f} GB of the {self.capacity / 1e9:.4f} GB "
+                                    f"emulated device")
+                self.used += nbytes
+                self._bytes[key] = nbytes
+                self.peak = max(self.peak, self.used)
+                self.trace.append((time.perf_counter() - self.start, self.used))
+            owners.add(owner)
+
+    def release(self, key, owner) -> None:
+        with self._lock:
+            owners = self._owners.get(key)
+            if not owners or owner not in owners:
+                return
+            owners.discard(owner)
+            if not owners:
+                del self._owners[key]
+                self.used -= self._bytes.pop(key)
+                self.trace.append((time.perf_counter() - self.start, self.used))
+
+    def release_all(self, owner) -> None:
+        for key in [k for k, owners in list(self._owners.items()) if owner in owners]:
+            self.release(key, owner)
