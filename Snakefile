@@ -9,6 +9,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/plan.smk"
+include: "workflow/rules/runtime.smk"
 
 
 rule all:
@@ -19,4 +20,5 @@ rule all:
         "results/figures/footprint.png",
         "results/tables/speedups.md",
         expand("results/figures/gantt_{model}.png", model=config["gantt_model"]),
+        "results/tables/measured_vs_predicted.md",
     default_target: True

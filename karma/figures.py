@@ -144,3 +144,26 @@ def speedup_figure(table: pd.DataFrame, hardware: str, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=150, bbox_inches="tight")
     plt.close(fig)
+
+
+def measured_vs_predicted_figure(table: pd.DataFrame, out: Path) -> None:
+    """Scatter of measured against predicted step time (one point per model and strategy)."""
+    plt = _pyplot()
+    import seaborn as sns
+
+    ran = table[table.measured_s.notna()]
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    sns.scatterplot(data=ran, x="predicted_s", y="measured_s", hue="strategy", style="model", s=60, ax=ax)
+    top = max(ran.predicted_s.max(), ran.measured_s.max()) * 1.1 if len(ran) else 1.0
+    ax.plot([0, top], [0, top], color="black", linewidth=0.8, label="measured = predicted")
+    ax.fill_between([0, top], [0, top * 0.85], [0, top * 1.15], color="grey", alpha=0.15, label="+-15%")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("predicted step time (s, simulator on the measured profile)")
+    ax.set_ylabel("measured step time (s, runtime on cpu-emulated device)")
+    ax.set_title("Performance model vs runtime (this machine)", fontsize=9)
+    ax.legend(fontsize=6, loc="upper left")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=150)
+    plt.close(fig)

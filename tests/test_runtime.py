@@ -108,3 +108,18 @@ def test_emulated_link_takes_bytes_over_bandwidth():
         assert future.result() == 1
         event = link.events[0]
         assert event.end - event.start >= 0.05
+
+
+def test_validate_compares_every_strategy_with_its_prediction():
+    from karma.profile_measured import measured_profile
+    from karma.runtime.emulation import default_link_bandwidth, validate
+
+    profile = measured_profile(build("wrn28-10", "tiny", batch=8), reps=1, warmup=0)
+    capacity = profile.in_core_peak_bytes() * 0.9
+    table = validate(lambda: build("wrn28-10", "tiny", batch=8, seed=1), profile, ["vdnn", "karma"], capacity,
+                     default_link_bandwidth(profile) * 100, steps=1)
+    assert list(table.strategy) == ["vdnn", "karma"]
+    ran = table[table.status == "ok"]
+    assert len(ran) and (ran.measured_s > 0).all() and (ran.predicted_s > 0).all()
+    assert (ran.measured_peak_MB <= capacity / 1e6).all()
+    assert table.source.str.contains("measured on cpu-emulated").all()

@@ -12,7 +12,7 @@ try:
     HARDWARE = load_hardware(config["hardware"]).name
 except KarmaError as err:
     raise WorkflowError(f"config 'hardware': {err}") from None
-_unknown = [s for s in config["strategies"] if s not in available_strategies()]
+_unknown = [s for s in config["strategies"] + config["runtime"]["strategies"] if s not in available_strategies()]
 if _unknown:
     raise WorkflowError(f"config 'strategies': unknown strategy '{_unknown[0]}'; "
                         f"valid: {', '.join(available_strategies())}")
@@ -37,3 +37,7 @@ def measured_profiles(wildcards):
 
 def strategy_tables(wildcards):
     return expand("results/strategies/{hw}/{model}.csv", hw=HARDWARE, model=config["speedup_models"])
+
+
+def runtime_tables(wildcards):
+    return expand("results/runtime/{model}.csv", model=config["runtime"]["models"])

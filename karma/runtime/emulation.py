@@ -1,0 +1,98 @@
+"""The emulated device's Hardware and the check of the performance model against the runtime.
+
+DESIGN.md, "Measured versus simulated": the CPU computes two orders of magnitude
+slower than a V100, so the emulated link is slowed by the same factor to keep
+the paper's regime: link = PCIe bandwidth of the reference x (this CPU's achieved
+FLOP rate / the reference's sustained rate), from a measured profile.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import replace
+
+import pandas as pd
+import torch
+
+from karma.hardware import Hardware, load
+from karma.planner import Space
+from karma.planner import plan as karma_plan
+from karma.profile import Profile
+from karma.runtime.execute import make_optimizer, train_step
+from karma.runtime.ledger import DeviceOOM, Ledger
+from karma.runtime.link import EmulatedLink
+from karma.simulate import simulate
+from karma.strategy import get
+
+
+def achieved_flops(profile: Profile) -> float:
+    work = sum(u.forward_flops + u.backward_flops for u in profile.units)
+    return work / (profile.forward_time() + profile.backward_time())
+
+
+def default_link_bandwidth(profile: Profile, reference: str = "v100-abci") -> float:
+    """Bytes/s of the emulated link that keep the reference machine's compute-to-link ratio."""
+    ref = load(reference)
+    return ref.h2d_bw * achieved_flops(profile) / ref.flops
+
+
+def measure_memory_bandwidth(nbytes: int = 64 << 20, reps: int = 5) -> float:
+    """Bytes/s of a large in-memory copy (read + write), for the optimizer step's time."""
+    src, dst = torch.empty(nbytes // 4), torch.empty(nbytes // 4)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t0)
+    return 2 * nbytes / statistics.median(times)
+
+
+def emulated_hardware(profile: Profile, link_bw: float, capacity: float, memory_bw: float) -> Hardware:
+    ref = load("v100-abci")
+    return replace(ref, name=f"cpu-emulated (link {link_bw / 1e6:.1f} MB/s)", device_memory=capacity,
+                   flops=achieved_flops(profile), memory_bw=memory_bw, h2d_bw=link_bw, d2h_bw=link_bw,
+                   kernel_launch=0.0, description="this CPU as an emulated device")
+
+
+def validate(chain_factory, profile: Profile, strategies: list[str], capacity: float, link_bw: float,
+             steps: int = 3, memory_bw: float | None = None) -> pd.DataFrame:
+    """Plan every strategy on the measured profile, simulate it and run it; one row per strategy.
+
+    `chain_factory()` builds a fresh chain (same seed) for each strategy's run. KARMA is
+    planned with resident weights only, as the runtime does not stream weights yet.
+    """
+    memory_bw = memory_bw or measure_memory_bandwidth()
+    hw = emulated_hardware(profile, link_bw, capacity, memory_bw)
+    rows = []
+    for name in strategies:
+        if name == "karma":  # the runtime keeps weights resident for now: plan within what it runs
+            plan = karma_plan(profile, hw, capacity, space=Space(weights=("resident",)))
+        else:
+            plan = get(name)(profile, hw, capacity)
+        sim = simulate(profile, plan, hw, capacity)
+        row = {"model": profile.model, "batch": profile.batch, "strategy": name, "plan": plan.policies(),
+               "predicted_s": sim.time, "predicted_peak_MB": sim.peak_bytes / 1e6,
+               "capacity_MB": capacity / 1e6, "measured_s": None, "measured_peak_MB": None,
+               "status": "ok" if sim.feasible else "OOM (simulated)",
+               "source": f"measured on {hw.name}; predicted by the simulator on the measured profile"}
+        if sim.feasible and plan.weights == "streamed":
+            row["status"] = "not run: the runtime does not stream weights yet"
+        elif sim.feasible:
+            chain = chain_factory()
+            optimizer = make_optimizer(chain)
+            times, peaks = [], []
+            try:
+                with EmulatedLink(link_bw, link_bw) as link:
+                    for s in range(steps + 1):
+                        report = train_step(chain, plan, optimizer, chain.make_batch(seed=s), Ledger(capacity), link)
+                        if s:
+                            times.append(report.time)
+                            peaks.append(report.peak_bytes)
+                row.update(measured_s=statistics.median(times), measured_peak_MB=max(peaks) / 1e6)
+            except DeviceOOM as err:
+                row["status"] = f"OOM (measured): {err}"
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    df["measured_over_predicted"] = df.measured_s / df.predicted_s
+    return df

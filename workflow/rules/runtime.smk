@@ -1,0 +1,35 @@
+# The runtime on this machine: plan on a measured profile, simulate, run, compare.
+
+
+rule validate_runtime:
+    output:
+        "results/runtime/{model}.csv",
+    log:
+        "logs/validate_runtime/{model}.log",
+    params:
+        batch=lambda wc: config["runtime"]["batch"].get(wc.model, 0),
+        fraction=config["runtime"]["capacity_fraction"],
+        steps=config["runtime"]["steps"],
+        strategies=config["runtime"]["strategies"],
+    threads: 2
+    resources:
+        measuring=1,
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/validate_runtime.py"
+
+
+rule runtime_table:
+    input:
+        runtime_tables,
+    output:
+        csv="results/tables/measured_vs_predicted.csv",
+        md="results/tables/measured_vs_predicted.md",
+        figure="results/figures/measured_vs_predicted.png",
+    log:
+        "logs/runtime_table.log",
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/runtime_table.py"
