@@ -154,11 +154,25 @@ def measured_vs_predicted_figure(table: pd.DataFrame, out: Path) -> None:
     ran = table[table.measured_s.notna()]
     fig, ax = plt.subplots(figsize=(5, 4.5))
     sns.scatterplot(data=ran, x="predicted_s", y="measured_s", hue="strategy", style="model", s=60, ax=ax)
-    top = max(ran.predicted_s.max(), ran.measured_s.max()) * 1.1 if len(ran) else 1.0
-    ax.plot([0, top], [0, top], color="black", linewidth=0.8, label="measured = predicted")
-    ax.fill_between([0, top], [0, top * 0.85], [0, top * 1.15], color="grey", alpha=0.15, label="+-15%")
-    ax.set_xlim(0, top)
-    ax.set_ylim(0, top)
+    import numpy as np
+
+    top = max(ran.predicted_s.max(), ran.measured_s.max()) * 1.3 if len(ran) else 1.0
+    low = min(ran.predicted_s.min(), ran.measured_s.min()) / 1.3 if len(ran) else 0.1
+    line = np.geomspace(low, top, 50)
+    ax.plot(line, line, color="black", linewidth=0.8, label="measured = predicted")
+    ax.fill_between(line, line * 0.85, line * 1.15, color="grey", alpha=0.15, label="+-15%")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, top)
+    ax.set_ylim(low, top)
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+    ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 20, 50) if low <= t <= top]
+    ax.set_xticks(ticks)
+    ax.set_yticks(ticks)
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FormatStrFormatter("%g"))
+        axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("predicted step time (s, simulator on the measured profile)")
     ax.set_ylabel("measured step time (s, runtime on cpu-emulated device)")
     ax.set_title("Performance model vs runtime (this machine)", fontsize=9)
