@@ -12,6 +12,7 @@ from karma.plan import from_policies
 from karma.runtime.execute import make_optimizer, train_step
 from karma.runtime.ledger import DeviceOOM, Ledger
 from karma.runtime.link import EmulatedLink
+from karma.runtime.streamed import HostWeights
 from models import build
 
 MODELS = ["resnet50", "vgg16", "resnet1001", "wrn28-10", "megatron-1.2b"]
@@ -25,13 +26,15 @@ def model_and_plan(draw):
     labels = draw(st.lists(st.sampled_from(["keep", "swap", "recompute"]), min_size=n, max_size=n))
     segments = draw(st.lists(st.integers(0, n - 1), max_size=3))
     plan = from_policies(name, 2, labels, segments=segments, checkpoint=draw(st.sampled_from(["device", "host"])),
-                         prefetch_depth=draw(st.integers(1, 3)))
+                         prefetch_depth=draw(st.integers(1, 3)),
+                         weights=draw(st.sampled_from(["resident", "streamed"])))
     return name, plan
 
 
 def train_both(name, plan, steps=3, capacity=math.inf):
     ref, run = build(name, "tiny", seed=5), build(name, "tiny", seed=5)
-    opt_ref, opt_run = make_optimizer(ref), make_optimizer(run)
+    opt_ref = make_optimizer(ref)
+    opt_run = HostWeights(run, plan) if plan.weights == "streamed" else make_optimizer(run)
     reports = []
     with EmulatedLink(2e9, 2e9) as link:
         for s in range(steps):
@@ -42,6 +45,9 @@ def train_both(name, plan, steps=3, capacity=math.inf):
             opt_ref.step()
             torch.manual_seed(1000 + s)
             reports.append(train_step(run, plan, opt_run, batch, Ledger(capacity), link))
+    if isinstance(opt_run, HostWeights):
+        opt_run.sync()
+        opt_run.close()
     return ref, run, reports
 
 
@@ -55,9 +61,9 @@ def test_any_plan_trains_exactly_like_plain_pytorch(case):
     for (key, a), b in zip(ref.units.state_dict().items(), run.units.state_dict().values(), strict=True):
         assert torch.equal(a, b), key
     assert all(r.peak_bytes > 0 and math.isfinite(r.loss) for r in reports)
-    swapped = any(b.policy == "swap" for b in plan.blocks)
-    assert (reports[-1].bytes_d2h > 0) == (swapped or any(b.policy == "recompute" and b.checkpoint == "host"
-                                                          for b in plan.blocks))
+    moves = plan.weights == "streamed" or any(b.policy == "swap" or (b.policy == "recompute" and
+                                                                     b.checkpoint == "host") for b in plan.blocks)
+    assert (reports[-1].bytes_d2h > 0) == moves
 
 
 @SETTINGS
@@ -81,7 +87,7 @@ def test_the_device_never_exceeds_its_capacity(case, fraction):
 def test_a_capacity_below_the_weights_is_refused_naming_them():
     chain = build("wrn28-10", "tiny")
     weights = sum(p.numel() * 4 for p in chain.units.parameters())
-    with pytest.raises(DeviceOOM, match="weights"), EmulatedLink(1e9, 1e9) as link:
+    with pytest.raises(DeviceOOM, match="weights"), EmulatedLink(1e9, 1e9) as link:  # resident weights
         train_step(chain, from_policies("wrn28-10", 2, ["recompute"] * 5), make_optimizer(chain),
                    chain.make_batch(), Ledger(weights / 2), link)
 

@@ -16,12 +16,11 @@ import pandas as pd
 import torch
 
 from karma.hardware import Hardware, load
-from karma.planner import Space
-from karma.planner import plan as karma_plan
 from karma.profile import Profile
 from karma.runtime.execute import make_optimizer, train_step
 from karma.runtime.ledger import DeviceOOM, Ledger
 from karma.runtime.link import EmulatedLink
+from karma.runtime.streamed import HostWeights
 from karma.simulate import simulate
 from karma.strategy import get
 
@@ -59,28 +58,22 @@ def validate(chain_factory, profile: Profile, strategies: list[str], capacity: f
              steps: int = 3, memory_bw: float | None = None) -> pd.DataFrame:
     """Plan every strategy on the measured profile, simulate it and run it; one row per strategy.
 
-    `chain_factory()` builds a fresh chain (same seed) for each strategy's run. KARMA is
-    planned with resident weights only, as the runtime does not stream weights yet.
+    `chain_factory()` builds a fresh chain (same seed) for each strategy's run.
     """
     memory_bw = memory_bw or measure_memory_bandwidth()
     hw = emulated_hardware(profile, link_bw, capacity, memory_bw)
     rows = []
     for name in strategies:
-        if name == "karma":  # the runtime keeps weights resident for now: plan within what it runs
-            plan = karma_plan(profile, hw, capacity, space=Space(weights=("resident",)))
-        else:
-            plan = get(name)(profile, hw, capacity)
+        plan = get(name)(profile, hw, capacity)
         sim = simulate(profile, plan, hw, capacity)
         row = {"model": profile.model, "batch": profile.batch, "strategy": name, "plan": plan.policies(),
                "predicted_s": sim.time, "predicted_peak_MB": sim.peak_bytes / 1e6,
                "capacity_MB": capacity / 1e6, "measured_s": None, "measured_peak_MB": None,
                "status": "ok" if sim.feasible else "OOM (simulated)",
                "source": f"measured on {hw.name}; predicted by the simulator on the measured profile"}
-        if sim.feasible and plan.weights == "streamed":
-            row["status"] = "not run: the runtime does not stream weights yet"
-        elif sim.feasible:
+        if sim.feasible:
             chain = chain_factory()
-            optimizer = make_optimizer(chain)
+            optimizer = HostWeights(chain, plan) if plan.weights == "streamed" else make_optimizer(chain)
             times, peaks = [], []
             try:
                 with EmulatedLink(link_bw, link_bw) as link:
@@ -92,7 +85,15 @@ def validate(chain_factory, profile: Profile, strategies: list[str], capacity: f
                 row.update(measured_s=statistics.median(times), measured_peak_MB=max(peaks) / 1e6)
             except DeviceOOM as err:
                 row["status"] = f"OOM (measured): {err}"
+            finally:
+                if isinstance(optimizer, HostWeights):
+                    optimizer.close()
         rows.append(row)
     df = pd.DataFrame(rows)
     df["measured_over_predicted"] = df.measured_s / df.predicted_s
+    karma = df[df.strategy == "karma"]
+    if len(karma):
+        # ratios from this one run (the machine is noisy across runs, FACTS.md)
+        df["karma_speedup_measured"] = df.measured_s / karma.measured_s.iloc[0]
+        df["karma_speedup_predicted"] = df.predicted_s / karma.predicted_s.iloc[0]
     return df

@@ -24,6 +24,7 @@ from karma.errors import KarmaError
 from karma.plan import Plan
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
+from karma.runtime.streamed import HostWeights
 from karma.simulate import Event
 from karma.unit_trace import storage_bytes, storage_key
 from models.chain import ChainModel
@@ -54,8 +55,6 @@ def check_plan(chain: ChainModel, plan: Plan) -> None:
     if plan.units != len(chain) or plan.model != chain.name:
         raise KarmaError(f"plan is for {plan.model} with {plan.units} units; the model is {chain.name} "
                          f"with {len(chain)} units")
-    if plan.weights == "streamed":
-        raise KarmaError("the runtime does not stream weights yet (resident weights only); see issue 4")
 
 
 class _Saved:
@@ -128,10 +127,17 @@ def _bn_buffers(module: torch.nn.Module) -> list[torch.Tensor]:
     return [b for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for b in m.buffers()]
 
 
-def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer, batch, ledger: Ledger,
-               link: EmulatedLink) -> StepReport:
-    """One step of `chain` under `plan`; raises DeviceOOM (naming the block) if it does not fit."""
+def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer | HostWeights, batch,
+               ledger: Ledger, link: EmulatedLink) -> StepReport:
+    """One step of `chain` under `plan`; raises DeviceOOM (naming the block) if it does not fit.
+
+    `optimizer` is a torch optimizer for resident weights, a HostWeights for streamed ones.
+    """
     check_plan(chain, plan)
+    streamed = plan.weights == "streamed"
+    if streamed != isinstance(optimizer, HostWeights):
+        raise KarmaError("streamed weights need a HostWeights optimizer (karma.runtime.streamed), "
+                         "resident weights a torch optimizer")
     units = list(chain.units.children())
     start = time.perf_counter()
     ledger.start = start
@@ -152,11 +158,16 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer, 
         compute.append(Event("compute", op, k, t0 - start, time.perf_counter() - start))
 
     inputs, targets = batch
-    for p in chain.units.parameters():  # weights, optimizer state: resident for the whole step
-        ledger.hold(storage_key(p), storage_bytes(p), "weights", "weights")
-    state_bytes = sum(p.numel() * p.element_size() for p in chain.units.parameters()) * \
-        {"sgd": 1, "adam": 2}[chain.optimizer]
-    ledger.hold("optimizer state", state_bytes, "weights", "optimizer state")
+    uploads: list[Future | None] = [None] * nb
+    if streamed:
+        for j in range(min(depth, nb)):
+            uploads[j] = optimizer.upload(j, link, ledger)
+    else:
+        for p in chain.units.parameters():  # weights, optimizer state: resident for the whole step
+            ledger.hold(storage_key(p), storage_bytes(p), "weights", "weights")
+        state_bytes = sum(p.numel() * p.element_size() for p in chain.units.parameters()) * \
+            {"sgd": 1, "adam": 2}[chain.optimizer]
+        ledger.hold("optimizer state", state_bytes, "weights", "optimizer state")
 
     saved: list[_Saved] = []
     block_in: list[torch.Tensor] = []
@@ -174,6 +185,10 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer, 
         block_in.append(x)
         store = _Saved(k, b.policy == "swap", ledger, params)
         saved.append(store)
+        if streamed:
+            uploads[k].result()
+            if k + depth < nb:
+                uploads[k + depth] = optimizer.upload(k + depth, link, ledger)
         rng.append(torch.get_rng_state())
         t0 = time.perf_counter()
         last = k == nb - 1
@@ -195,12 +210,16 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer, 
             if b.policy == "swap":
                 swap_done[k] = store.swap_out(link)
         record("forward", k, t0)
+        if streamed:
+            optimizer.evict(k, ledger)
         block_out.append(out)
         x = out
     loss = block_out[-1].detach().item()
 
     def issue_prefetch(j: int) -> None:
         b = plan.blocks[j]
+        if streamed:
+            uploads[j] = optimizer.upload(j, link, ledger)
         if b.policy == "swap":
             saved[j].prefetch(link, swap_done[j])
         elif b.policy == "recompute" and b.checkpoint == "host":
@@ -217,13 +236,16 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer, 
     for j in range(nb - 1, max(nb - 1 - depth, -1), -1):
         issue_prefetch(j)
     grad = None
+    downloads: list[Future] = []
     for k in range(nb - 1, -1, -1):
         b = plan.blocks[k]
         last = k == nb - 1
         first = True
         t0 = time.perf_counter()
+        if streamed:
+            uploads[k].result()
         for p in (p for i in b.units for p in units[i].parameters()):
-            ledger.hold(("grad", storage_key(p)), storage_bytes(p), "grads", f"gradients of block {k}")
+            ledger.hold(("grad", id(p)), storage_bytes(p), "grads", f"gradients of block {k}")
         if b.policy == "recompute":
             x = block_in[k]
             if b.checkpoint == "host":
@@ -252,15 +274,24 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer, 
             issue_prefetch(k - depth)
         out.backward(grad)
         record("backward", k, t0)
+        if streamed:
+            optimizer.evict(k, ledger)
+            downloads.append(optimizer.download(k, link, ledger))
         saved[k].release()
         if b.policy == "recompute":
             ledger.release(storage_key(block_in[k]), ("ckpt", k))
         block_out[k] = None
         grad = block_in[k].grad if block_in[k].requires_grad else None
     t0 = time.perf_counter()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    record("optimizer step", 0, t0)
+    if streamed:
+        for future in downloads:
+            future.result()
+        optimizer.finish()
+        record("host optimizer (wait)", 0, t0)
+    else:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        record("optimizer step", 0, t0)
     ledger.release_all("grads")
     ledger.release_all("weights")
     end = time.perf_counter() - start

@@ -1,0 +1,107 @@
+"""Streamed weights: master weights and the optimizer live on the host (KARMA Sec. V).
+
+Each block's weights are uploaded (host -> device, through the emulated link)
+before its forward and again before its backward, and leave the device after
+each; its gradients are downloaded as soon as its backward ends, and the host
+runs that block's optimizer step on a host thread while later blocks are
+still computing. A weight shared by two blocks (GPT's tied embedding) is
+uploaded with each and its gradient downloaded after the last of them (in
+backward order) is done. The per-block optimizers use the same single-tensor
+update as the resident one, so training is bitwise identical.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import torch
+
+from karma.plan import Plan
+from karma.runtime.ledger import Ledger
+from karma.runtime.link import EmulatedLink
+from models.chain import ChainModel
+
+
+def _optimizer(chain: ChainModel, params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer | None:
+    if not params:
+        return None
+    if chain.optimizer == "adam":
+        return torch.optim.Adam(params, lr=lr, foreach=False)
+    return torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=False)
+
+
+class HostWeights:
+    """Master weights, gradients and optimizer state of a chain on the host, per block."""
+
+    def __init__(self, chain: ChainModel, plan: Plan, lr: float = 0.01):
+        units = list(chain.units.children())
+        self.uses = [[p for i in b.units for p in units[i].parameters()] for b in plan.blocks]
+        owner: dict[int, int] = {}
+        for k, params in enumerate(self.uses):  # the first block in forward order is the last in backward
+            for p in params:
+                owner.setdefault(id(p), k)
+        self.owned = [[p for p in params if owner[id(p)] == k] for k, params in enumerate(self.uses)]
+        self.master = {id(p): p.detach().clone() for params in self.uses for p in params}
+        self.optimizers = [_optimizer(chain, [self.master[id(p)] for p in owned], lr) for owned in self.owned]
+        self.host = ThreadPoolExecutor(max_workers=1, thread_name_prefix="host-optimizer")
+        self.steps: list[Future] = []
+
+    def upload(self, k: int, link: EmulatedLink, ledger: Ledger, after: Future | None = None) -> Future:
+        params = self.uses[k]
+        nbytes = sum(p.numel() * p.element_size() for p in params)
+
+        def start():
+            if after is not None:
+                after.result()
+            for p in params:
+                ledger.hold(("weight", id(p)), p.numel() * p.element_size(), ("weights", k), f"weights of block {k}")
+
+        def copy():
+            with torch.no_grad():
+                for p in params:
+                    p.copy_(self.master[id(p)])
+
+        return link.submit("h2d", nbytes, copy, "upload weights", k, on_start=start)
+
+    def evict(self, k: int, ledger: Ledger) -> None:
+        ledger.release_all(("weights", k))
+
+    def download(self, k: int, link: EmulatedLink, ledger: Ledger) -> Future:
+        """Gradients of the weights block k owns go down; then the host updates them."""
+        owned = self.owned[k]
+        nbytes = sum(p.numel() * p.element_size() for p in owned)
+
+        def copy():
+            for p in owned:
+                self.master[id(p)].grad = p.grad.detach().clone() if p.grad is not None else None
+                p.grad = None
+            for p in owned:
+                ledger.release(("grad", id(p)), "grads")
+
+        def update(_future):
+            if self.optimizers[k] is not None:
+                self.steps.append(self.host.submit(self._step, k))
+
+        future = link.submit("d2h", nbytes, copy, "download gradients", k)
+        future.add_done_callback(update)
+        return future
+
+    def _step(self, k: int) -> None:
+        torch.set_num_threads(1)
+        self.optimizers[k].step()
+        self.optimizers[k].zero_grad(set_to_none=True)
+
+    def finish(self) -> None:
+        """Wait for every host update of this step."""
+        while self.steps:
+            self.steps.pop().result()
+
+    def sync(self) -> None:
+        """Copy the master weights into the model (the device copy is stale between steps)."""
+        with torch.no_grad():
+            for params in self.uses:
+                for p in params:
+                    p.copy_(self.master[id(p)])
+
+    def close(self) -> None:
+        self.host.shutdown(wait=True)

@@ -1,0 +1,48 @@
+"""Runtime overhead (pytest-benchmark; run with `pytest tests/benchmarks --benchmark-only`).
+
+The issue's target: the runtime with an all-keep plan within 3% of plain PyTorch on
+the same model. Compare the two rows' medians (same run, same process, one thread).
+"""
+
+import math
+
+import pytest
+import torch
+
+from karma.plan import from_policies
+from karma.runtime.execute import make_optimizer, train_step
+from karma.runtime.ledger import Ledger
+from karma.runtime.link import EmulatedLink
+from models import build
+
+CASES = [("wrn28-10", 16), ("megatron-1.2b", 8)]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.mark.parametrize("name, batch", CASES)
+def test_plain_pytorch_step(benchmark, name, batch):
+    chain = build(name, "small", batch, seed=1)
+    optimizer = make_optimizer(chain)
+    data = chain.make_batch(seed=0)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        chain.step_loss(*data).backward()
+        optimizer.step()
+
+    benchmark.pedantic(step, rounds=7, warmup_rounds=1)
+
+
+@pytest.mark.parametrize("name, batch", CASES)
+def test_runtime_all_keep_step(benchmark, name, batch):
+    chain = build(name, "small", batch, seed=1)
+    optimizer = make_optimizer(chain)
+    data = chain.make_batch(seed=0)
+    plan = from_policies(name, batch, ["keep"] * len(chain))
+    with EmulatedLink(1e9, 1e9) as link:
+        benchmark.pedantic(lambda: train_step(chain, plan, optimizer, data, Ledger(math.inf), link), rounds=7,
+                           warmup_rounds=1)
