@@ -36,9 +36,10 @@ class UnitProfile:
     `saved_input_bytes` / `saved_output_bytes` are the parts of `saved_bytes`
     that are the unit's input / output storage: when unit i saves its output
     and unit i+1 saves its input, it is one tensor and must be counted once.
-    `workspace_bytes` is the largest single tensor an operator of the unit
-    produces (forward or backward): a lower bound of the transient memory
-    beyond the saved tensors and the input/output gradients.
+    `workspace_bytes` is the unit's transient memory beyond what is counted
+    apart: the peak of live tensors created during its forward that die before
+    it ends, or during its backward besides its input and weight gradients
+    (tracked per storage until its last tensor dies; karma/unit_trace.py).
     """
 
     name: str

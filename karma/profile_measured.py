@@ -16,7 +16,7 @@ import torch
 
 from karma.profile import Profile
 from karma.profile_chain import profile_chain
-from karma.unit_trace import run_backward, run_forward
+from karma.unit_trace import output_gradient, run_backward, run_forward
 from models.chain import ChainModel
 
 
@@ -44,7 +44,7 @@ def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: in
         result = run_forward(unit, x, loss, target)
         _sync(device)
         t1 = time.perf_counter()
-        run_backward(result, result)
+        run_backward(result, output_gradient(result))
         _sync(device)
         t2 = time.perf_counter()
         if r >= warmup:

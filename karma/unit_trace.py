@@ -16,6 +16,7 @@ the caller times the passes.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -49,15 +50,45 @@ class OpCost:
     name: str
     flops: float
     bytes: float
-    out_bytes: int
 
 
 @dataclass
 class OpRecorder(TorchDispatchMode):
+    """Per-operator costs, and the live bytes of the storages the operators create.
+
+    A storage counts from the op that creates it until its last tensor dies
+    (weakref finalizers; autograd keeps the Python objects of the tensors it
+    holds alive, so this follows PyTorch's own lifetimes, on meta as on CPU).
+    """
+
     ops: list[OpCost] = field(default_factory=list)
+    live: int = 0
+    peak: int = 0
 
     def __post_init__(self):
         super().__init__()
+        self._refs: dict[int, list[int]] = {}
+
+    def _track(self, t: torch.Tensor, new_storage: bool) -> None:
+        key = storage_key(t)
+        entry = self._refs.get(key)
+        if entry is None:
+            if not new_storage:
+                return
+            entry = self._refs[key] = [storage_bytes(t), 0]
+            self.live += entry[0]
+            self.peak = max(self.peak, self.live)
+        entry[1] += 1
+        weakref.finalize(t, self._drop, key)
+
+    def _drop(self, key: int) -> None:
+        entry = self._refs.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.live -= entry[0]
+            del self._refs[key]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -70,14 +101,15 @@ class OpRecorder(TorchDispatchMode):
             if decomposed is not NotImplemented:
                 return decomposed
         out = func(*args, **kwargs)
+        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        for t in outs:
+            self._track(t, new_storage=not func.is_view)
         if func.is_view:
             return out
         flops = flop_registry[packet](*args, **kwargs, out_val=out) if packet in flop_registry else 0
         ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         moved = sum(t.numel() * t.element_size() for t in ins + outs)
-        out_bytes = max((storage_bytes(t) for t in outs), default=0)
-        self.ops.append(OpCost(str(packet), float(flops), float(moved), out_bytes))
+        self.ops.append(OpCost(str(packet), float(flops), float(moved)))
         return out
 
 
@@ -93,10 +125,7 @@ class UnitTrace:
     input_bytes: int
     output_bytes: int
     output: torch.Tensor
-
-    @property
-    def workspace_bytes(self) -> int:
-        return max((op.out_bytes for op in self.forward_ops + self.backward_ops), default=0)
+    workspace_bytes: int = 0
 
 
 def run_forward(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None, target) -> torch.Tensor:
@@ -104,12 +133,13 @@ def run_forward(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None, t
     return loss(out, target) if loss is not None else out
 
 
-def run_backward(result: torch.Tensor, output: torch.Tensor) -> None:
-    """Backward from the loss (a scalar) or, for an inner unit, from its output with unit gradient."""
-    if result.dim() == 0:
-        result.backward()
-    else:
-        output.backward(torch.ones_like(output))
+def output_gradient(result: torch.Tensor) -> torch.Tensor | None:
+    """The gradient a unit's backward starts from: none for the loss, ones for an inner unit's output."""
+    return None if result.dim() == 0 else torch.ones_like(result)
+
+
+def run_backward(result: torch.Tensor, grad: torch.Tensor | None) -> None:
+    result.backward(grad)
 
 
 def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = None, target=None) -> UnitTrace:
@@ -136,10 +166,18 @@ def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = N
     finally:
         handle.remove()
     output = captured["out"]
+    survivors = fwd.live  # saved tensors and the output outlive the forward
+    grad = output_gradient(result)
     bwd = OpRecorder()
     with bwd:
-        run_backward(result, output)
+        run_backward(result, grad)
+    del grad
     in_key, out_key = storage_key(x), storage_key(output)
+    input_grad = storage_bytes(x) if x.requires_grad else 0
+    param_grads = sum(storage_bytes(p) for p in unit.parameters() if p.requires_grad)
+    # Transients beyond what the memory model counts separately: in the forward, what dies
+    # before it ends; in the backward, what it creates besides the input and weight gradients.
+    workspace = max(fwd.peak - survivors, bwd.peak - input_grad - param_grads, 0)
     return UnitTrace(
         forward_ops=fwd.ops,
         backward_ops=bwd.ops,
@@ -149,6 +187,7 @@ def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = N
         input_bytes=storage_bytes(x),
         output_bytes=storage_bytes(output),
         output=output.detach(),
+        workspace_bytes=workspace,
     )
 
 

@@ -150,3 +150,19 @@ def test_malformed_profile_names_the_field(tmp_path, mutate, match):
 def test_storage_key_distinguishes_meta_storages():
     a = torch.empty(4, device="meta")
     assert storage_key(a) == storage_key(a.view(2, 2)) != storage_key(torch.empty(4, device="meta"))
+
+
+@pytest.mark.parametrize("name", ["resnet50", "wrn28-10", "megatron-1.2b", "resnet1001"])
+def test_in_core_peak_matches_the_live_memory_of_a_real_step(name):
+    """The memory model (per unit, composed) against one real CPU step of the whole chain, with every
+    storage the step creates tracked until its last tensor dies (weights and optimizer state apart)."""
+    from karma.unit_trace import OpRecorder
+
+    chain = build(name, "small")
+    x, y = chain.make_batch()
+    live = OpRecorder()
+    with live:
+        chain.step_loss(x, y).backward()
+    profile = analytic_profile(build(name, "small", device="meta"), V100)
+    static = sum(u.param_bytes + u.optimizer_bytes + u.buffer_bytes for u in profile.units)
+    assert (profile.in_core_peak_bytes() - static) == pytest.approx(live.peak, rel=0.05)
