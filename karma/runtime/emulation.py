@@ -55,17 +55,20 @@ def emulated_hardware(profile: Profile, link_bw: float, capacity: float, memory_
 
 
 def validate(chain_factory, profile: Profile, strategies: list[str], capacity: float, link_bw: float,
-             steps: int = 3, memory_bw: float | None = None) -> pd.DataFrame:
+             steps: int = 3, memory_bw: float | None = None, headroom: float = 0.05) -> pd.DataFrame:
     """Plan every strategy on the measured profile, simulate it and run it; one row per strategy.
 
-    `chain_factory()` builds a fresh chain (same seed) for each strategy's run.
+    `chain_factory()` builds a fresh chain (same seed) for each strategy's run. Plans are
+    made for `capacity` less `headroom` (the memory model's error, a few percent, must not
+    turn a planned fit into an OOM) and run under the full `capacity`.
     """
     memory_bw = memory_bw or measure_memory_bandwidth()
-    hw = emulated_hardware(profile, link_bw, capacity, memory_bw)
+    planned = capacity * (1 - headroom)
+    hw = emulated_hardware(profile, link_bw, planned, memory_bw)
     rows = []
     for name in strategies:
-        plan = get(name)(profile, hw, capacity)
-        sim = simulate(profile, plan, hw, capacity)
+        plan = get(name)(profile, hw, planned)
+        sim = simulate(profile, plan, hw, planned)
         row = {"model": profile.model, "batch": profile.batch, "strategy": name, "plan": plan.policies(),
                "predicted_s": sim.time, "predicted_peak_MB": sim.peak_bytes / 1e6,
                "capacity_MB": capacity / 1e6, "measured_s": None, "measured_peak_MB": None,
@@ -91,6 +94,7 @@ def validate(chain_factory, profile: Profile, strategies: list[str], capacity: f
         rows.append(row)
     df = pd.DataFrame(rows)
     df["measured_over_predicted"] = df.measured_s / df.predicted_s
+    df["peak_measured_over_predicted"] = df.measured_peak_MB / df.predicted_peak_MB
     karma = df[df.strategy == "karma"]
     if len(karma):
         # ratios from this one run (the machine is noisy across runs, FACTS.md)

@@ -1,28 +1,30 @@
 """Execute one training step of a chain model under a Plan, on the emulated device.
 
-The chain runs block by block. Forward: a block's saved tensors go through
-pack hooks that account them on the device ledger; a swapped block's are
-copied to the host after its forward (freed when the copy ends); a
-recomputed block runs without saving anything, keeping only its input (on
-the device, or copied to the host). Backward runs block by block in reverse:
-the prefetches of block b are issued when block b+depth's backward starts,
-a recomputed block re-runs its forward (RNG state restored, BatchNorm
-statistics put back, so it matches plain training) just before its
-backward. The same ordering rules as the simulator (karma/simulate.py), so
-that every run also checks the model.
+Forward: a block's saved tensors go through pack hooks that account them on
+the device ledger; a swapped block's are copied to the host after its forward
+(freed when the copy ends); a recomputed block is a checkpointed segment
+(torch.utils.checkpoint, RNG state preserved, BatchNorm statistics put back)
+that keeps only its input, on the device or copied to the host. Backward is
+one autograd pass: the prefetches of block b are issued when block b+depth's
+backward starts. The same ordering rules as the simulator (karma/simulate.py),
+so that every run also checks the model. Every tensor the step creates is
+held on the ledger until it dies (LiveTracker), so the emulated device sees
+all of the memory and the step never exceeds its capacity.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from karma.errors import KarmaError
 from karma.plan import Plan
-from karma.runtime.ledger import Ledger
+from karma.runtime.ledger import Ledger, LiveTracker
 from karma.runtime.link import EmulatedLink
 from karma.runtime.streamed import HostWeights
 from karma.simulate import Event
@@ -123,8 +125,27 @@ class _Saved:
         self.ledger.release_all((self, "back"))
 
 
-def _bn_buffers(module: torch.nn.Module) -> list[torch.Tensor]:
-    return [b for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for b in m.buffers()]
+def _bn_buffers(modules) -> list[torch.Tensor]:
+    return [b for unit in modules for m in unit.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+            for b in m.buffers()]
+
+
+def _keep_bn_statistics(modules):
+    """checkpoint's context_fn: BatchNorm running statistics are put back after the recompute
+    (FACTS.md: it would otherwise update them twice and drift from plain training)."""
+
+    @contextlib.contextmanager
+    def recompute():
+        buffers = _bn_buffers(modules)
+        before = [b.clone() for b in buffers]
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for b, old in zip(buffers, before, strict=True):
+                    b.copy_(old)
+
+    return contextlib.nullcontext(), recompute()
 
 
 def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer | HostWeights, batch,
@@ -132,6 +153,12 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
     """One step of `chain` under `plan`; raises DeviceOOM (naming the block) if it does not fit.
 
     `optimizer` is a torch optimizer for resident weights, a HostWeights for streamed ones.
+    The forward builds one autograd graph: kept blocks save as usual, swapped blocks
+    pack their saved tensors into a store copied to the host, recomputed blocks are
+    torch.utils.checkpoint segments whose input is the only saved tensor (kept, or
+    swapped when the checkpoint lives on the host). One backward call runs it all; a
+    hook on each block's output marks where the block's backward starts, which is
+    when the blocks `depth` ahead are prefetched and the block before is finished.
     """
     check_plan(chain, plan)
     streamed = plan.weights == "streamed"
@@ -146,18 +173,13 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
     compute: list[Event] = []
     params = {storage_key(p) for p in chain.units.parameters()}
     depth = plan.prefetch_depth
-    nb = len(plan.blocks)
-
-    def run(k: int, x: torch.Tensor) -> torch.Tensor:
-        b = plan.blocks[k]
-        for i in b.units:
-            x = units[i](x)
-        return x
-
-    def record(op: str, k: int, t0: float) -> None:
-        compute.append(Event("compute", op, k, t0 - start, time.perf_counter() - start))
-
+    blocks = plan.blocks
+    nb = len(blocks)
     inputs, targets = batch
+
+    def record(op: str, k: int, t0: float, t1: float | None = None) -> None:
+        compute.append(Event("compute", op, k, t0 - start, (t1 or time.perf_counter()) - start))
+
     uploads: list[Future | None] = [None] * nb
     if streamed:
         for j in range(min(depth, nb)):
@@ -169,119 +191,89 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
             {"sgd": 1, "adam": 2}[chain.optimizer]
         ledger.hold("optimizer state", state_bytes, "weights", "optimizer state")
 
-    saved: list[_Saved] = []
-    block_in: list[torch.Tensor] = []
-    block_out: list[torch.Tensor] = []
-    rng: list[torch.Tensor] = []
-    swap_done: list[Future | None] = [None] * nb
-    ckpt_host: list[Future | None] = [None] * nb
-    x = inputs
-    for k, b in enumerate(plan.blocks):
-        for j in range(0, k - depth + 1):
-            if swap_done[j] is not None:
-                swap_done[j].result()
-        if k > 0 and x.is_floating_point():
-            x = x.detach().requires_grad_(True)
-        block_in.append(x)
-        store = _Saved(k, b.policy == "swap", ledger, params)
-        saved.append(store)
-        if streamed:
-            uploads[k].result()
-            if k + depth < nb:
-                uploads[k + depth] = optimizer.upload(k + depth, link, ledger)
-        rng.append(torch.get_rng_state())
-        t0 = time.perf_counter()
+    stores = [_Saved(k, b.policy == "swap" or (b.policy == "recompute" and b.checkpoint == "host"), ledger, params)
+              for k, b in enumerate(blocks)]
+    swapped: list[Future | None] = [None] * nb
+    downloads: list[Future] = []
+    tracker = LiveTracker(ledger)
+    begun = [0.0] * nb
+
+    def block_fn(k: int):
+        mods = [units[i] for i in blocks[k].units]
         last = k == nb - 1
-        if b.policy == "recompute":
-            ledger.hold(storage_key(x), storage_bytes(x), ("ckpt", k), f"checkpoint of block {k}")
-            if b.checkpoint == "host":
-                key, nbytes = storage_key(x), storage_bytes(x)
-                ckpt_host[k] = link.submit("d2h", nbytes, x.detach().clone, "offload checkpoint", k)
-                ckpt_host[k].add_done_callback(lambda f, key=key, k=k: ledger.release(key, ("ckpt", k)))
-            with torch.no_grad():
-                out = run(k, x)
-                if last:
-                    out = chain.loss(out, targets)
-        else:
-            with torch.autograd.graph.saved_tensors_hooks(store.pack, store.unpack):
-                out = run(k, x)
-                if last:
-                    out = chain.loss(out, targets)
-            if b.policy == "swap":
-                swap_done[k] = store.swap_out(link)
-        record("forward", k, t0)
-        if streamed:
-            optimizer.evict(k, ledger)
-        block_out.append(out)
-        x = out
-    loss = block_out[-1].detach().item()
+
+        def fn(x):
+            for m in mods:
+                x = m(x)
+            return chain.loss(x, targets) if last else x
+
+        return fn, mods
 
     def issue_prefetch(j: int) -> None:
-        b = plan.blocks[j]
         if streamed:
             uploads[j] = optimizer.upload(j, link, ledger)
-        if b.policy == "swap":
-            saved[j].prefetch(link, swap_done[j])
-        elif b.policy == "recompute" and b.checkpoint == "host":
-            key, nbytes = storage_key(block_in[j]), storage_bytes(block_in[j])
-            host = ckpt_host[j]
+        if swapped[j] is not None:
+            stores[j].prefetch(link, swapped[j])
 
-            def start(j=j, key=key, nbytes=nbytes, host=host):
-                host.result()
-                ledger.hold(key, nbytes, ("ckpt", j), f"checkpoint prefetch of block {j}")
-
-            ckpt_host[j] = link.submit("h2d", nbytes, lambda host=host: host.result().clone(),
-                                       "prefetch checkpoint", j, on_start=start)
-
-    for j in range(nb - 1, max(nb - 1 - depth, -1), -1):
-        issue_prefetch(j)
-    grad = None
-    downloads: list[Future] = []
-    for k in range(nb - 1, -1, -1):
-        b = plan.blocks[k]
-        last = k == nb - 1
-        first = True
-        t0 = time.perf_counter()
-        if streamed:
-            uploads[k].result()
-        for p in (p for i in b.units for p in units[i].parameters()):
-            ledger.hold(("grad", id(p)), storage_bytes(p), "grads", f"gradients of block {k}")
-        if b.policy == "recompute":
-            x = block_in[k]
-            if b.checkpoint == "host":
-                x = ckpt_host[k].result().requires_grad_(x.requires_grad)
-            if k - depth >= 0:
-                issue_prefetch(k - depth)
-                first = False
-            bn = [buf.clone() for buf in _bn_buffers(torch.nn.ModuleList(units[i] for i in b.units))]
-            now = torch.get_rng_state()
-            torch.set_rng_state(rng[k])
-            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(saved[k].pack, saved[k].unpack):
-                out = run(k, x)
-                if last:
-                    out = chain.loss(out, targets)
-            torch.set_rng_state(now)
-            for buf, old in zip(_bn_buffers(torch.nn.ModuleList(units[i] for i in b.units)), bn, strict=True):
-                buf.copy_(old)
-            record("recompute", k, t0)
-            t0 = time.perf_counter()
-            block_in[k] = x
-        else:
-            out = block_out[k]
-            if b.policy == "swap":
-                saved[k].back.result()
-        if first and k - depth >= 0:
-            issue_prefetch(k - depth)
-        out.backward(grad)
-        record("backward", k, t0)
+    def finish(k: int) -> None:
+        """Block k's backward is over: free what it held, send its gradients down."""
+        record("backward", k, begun[k])
+        stores[k].release()
         if streamed:
             optimizer.evict(k, ledger)
             downloads.append(optimizer.download(k, link, ledger))
-        saved[k].release()
-        if b.policy == "recompute":
-            ledger.release(storage_key(block_in[k]), ("ckpt", k))
-        block_out[k] = None
-        grad = block_in[k].grad if block_in[k].requires_grad else None
+
+    def on_block_backward(k: int):
+        def hook(grad):
+            if k + 1 < nb:
+                finish(k + 1)
+            begun[k] = time.perf_counter()
+            tracker.where = f"backward of block {k}"
+            if k - depth >= 0:
+                issue_prefetch(k - depth)
+            if streamed:
+                uploads[k].result()
+            if stores[k].back is not None:
+                stores[k].back.result()
+            return grad
+
+        return hook
+
+    with tracker:
+        x = inputs
+        for k, b in enumerate(blocks):
+            for j in range(0, k - depth + 1):
+                if swapped[j] is not None:
+                    swapped[j].result()
+            if streamed:
+                uploads[k].result()
+                if k + depth < nb:
+                    uploads[k + depth] = optimizer.upload(k + depth, link, ledger)
+            tracker.where = f"forward of block {k}"
+            t0 = time.perf_counter()
+            fn, mods = block_fn(k)
+            with torch.autograd.graph.saved_tensors_hooks(stores[k].pack, stores[k].unpack):
+                if b.policy == "recompute":
+                    out = checkpoint(fn, x, use_reentrant=False, preserve_rng_state=True,
+                                     context_fn=lambda mods=mods: _keep_bn_statistics(mods))
+                else:
+                    out = fn(x)
+            if stores[k].swap:
+                swapped[k] = stores[k].swap_out(link)
+            record("forward", k, t0)
+            if streamed:
+                optimizer.evict(k, ledger)
+            if out.requires_grad and k < nb - 1:
+                out.register_hook(on_block_backward(k))
+            x = out
+        loss = x
+        value = loss.detach().item()
+        for j in range(nb - 1, max(nb - 1 - depth, -1), -1):
+            issue_prefetch(j)
+        on_block_backward(nb - 1)(None)
+        loss.backward()
+        finish(0)
+        del loss, x, out
     t0 = time.perf_counter()
     if streamed:
         for future in downloads:
@@ -292,9 +284,8 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         record("optimizer step", 0, t0)
-    ledger.release_all("grads")
     ledger.release_all("weights")
     end = time.perf_counter() - start
     timeline = sorted(compute + link.events, key=lambda e: e.start)
-    return StepReport(loss=loss, time=end, peak_bytes=ledger.peak, bytes_h2d=link.bytes["h2d"],
+    return StepReport(loss=value, time=end, peak_bytes=ledger.peak, bytes_h2d=link.bytes["h2d"],
                       bytes_d2h=link.bytes["d2h"], timeline=timeline)

@@ -12,8 +12,14 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from karma.errors import KarmaError
+from karma.unit_trace import storage_bytes, storage_key
 
 
 class DeviceOOM(KarmaError):
@@ -62,3 +68,49 @@ class Ledger:
     def release_all(self, owner) -> None:
         for key in [k for k, owners in list(self._owners.items()) if owner in owners]:
             self.release(key, owner)
+
+
+class LiveTracker(TorchDispatchMode):
+    """Holds, on the ledger, every storage an operator creates until its last tensor dies.
+
+    So the emulated device sees all of the step's memory (activations, gradients,
+    transients), not only what the runtime places there on purpose; an operator that
+    would cross the capacity raises DeviceOOM naming what was running (`where`).
+    """
+
+    def __init__(self, ledger: Ledger):
+        super().__init__()
+        self.ledger = ledger
+        self.where = "compute"
+        self._refs: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def _track(self, t: torch.Tensor, new_storage: bool) -> None:
+        key = storage_key(t)
+        with self._lock:
+            count = self._refs.get(key)
+            if count is None and not new_storage:
+                return
+            if count is None:
+                self.ledger.hold(key, storage_bytes(t), self, self.where)
+                count = 0
+            self._refs[key] = count + 1
+        weakref.finalize(t, self._drop, key)
+
+    def _drop(self, key: int) -> None:
+        with self._lock:
+            count = self._refs.get(key)
+            if count is None:
+                return
+            if count > 1:
+                self._refs[key] = count - 1
+                return
+            del self._refs[key]
+        self.ledger.release(key, self)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                self._track(t, new_storage=not func.is_view)
+        return out

@@ -75,8 +75,6 @@ class HostWeights:
             for p in owned:
                 self.master[id(p)].grad = p.grad.detach().clone() if p.grad is not None else None
                 p.grad = None
-            for p in owned:
-                ledger.release(("grad", id(p)), "grads")
 
         def update(_future):
             if self.optimizers[k] is not None:
