@@ -159,6 +159,38 @@ def cmd_simulate(args) -> None:
           f"plan/bound {result.time / lower_bound(profile, hw, capacity):.3f}")
 
 
+def cmd_run(args) -> None:
+    import csv
+    from dataclasses import asdict
+
+    from karma.plan import Plan
+    from karma.runtime.run import run_plan
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    plan = Plan.from_json(args.plan) if args.plan else None
+    result = run_plan(args.model, args.size, args.batch, strategy=args.strategy, plan=plan,
+                      capacity_fraction=args.capacity_fraction,
+                      capacity_bytes=args.capacity_mb * 1e6 if args.capacity_mb else None, steps=args.steps,
+                      link_bw=args.link_mbs * 1e6 if args.link_mbs else None, device=args.device)
+    if args.timeline:
+        with open(args.timeline, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["resource", "op", "block", "start", "end"])
+            writer.writeheader()
+            writer.writerows(asdict(e) for e in result.reports[-1].timeline)
+    last = result.reports[-1]
+    print(f"{result.plan.strategy} plan {result.plan.policies()} ({result.plan.weights} weights, depth "
+          f"{result.plan.prefetch_depth}) for {args.model} {args.size}:")
+    print(f"  measured  {result.median_time:.4f} s/step (median of {len(result.reports)}), peak "
+          f"{max(r.peak_bytes for r in result.reports) / 1e6:.1f} MB, h2d {last.bytes_h2d / 1e6:.1f} MB, "
+          f"d2h {last.bytes_d2h / 1e6:.1f} MB, loss {last.loss:.4f} [{result.label}]")
+    print(f"  predicted {result.predicted.time:.4f} s/step, peak {result.predicted.peak_bytes / 1e6:.1f} MB of "
+          f"{result.predicted.capacity / 1e6:.1f} MB [simulator on the measured profile]; measured/predicted "
+          f"{result.median_time / result.predicted.time:.3f}")
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Usage mistakes print one line (and `--help` points further), not the whole usage."""
 
@@ -198,6 +230,21 @@ def parser() -> argparse.ArgumentParser:
     sim.add_argument("--capacity-gb", type=float)
     sim.add_argument("--timeline", help="write the timeline as CSV (resource, op, block, start, end)")
     sim.set_defaults(func=cmd_simulate)
+    run = sub.add_parser("run", help="train a few steps under a plan here (emulated device) and check the model")
+    run.add_argument("model")
+    run.add_argument("--size", default="small")
+    run.add_argument("--batch", type=_positive_int)
+    run.add_argument("--strategy", default="karma", help="plan with this strategy (ignored with --plan)")
+    run.add_argument("--plan", help="a plan JSON for this model and batch")
+    run.add_argument("--capacity-fraction", type=float, default=0.5,
+                     help="device memory as a fraction of the in-core footprint (default 0.5)")
+    run.add_argument("--capacity-mb", type=float, help="device memory in MB (overrides the fraction)")
+    run.add_argument("--steps", type=_positive_int, default=3, help="timed steps, after one warm-up")
+    run.add_argument("--link-mbs", type=float, help="emulated link MB/s (default: the V100's compute/PCIe ratio)")
+    run.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    run.add_argument("--threads", type=_positive_int, default=1, help="torch compute threads (default 1)")
+    run.add_argument("--timeline", help="write the last step's timeline as CSV")
+    run.set_defaults(func=cmd_run)
     return p
 
 

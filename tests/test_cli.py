@@ -74,3 +74,21 @@ def test_malformed_plan_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "karma", "simulate", str(profile), str(plan)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "'blocks[0]' needs 'start' and 'stop'" in proc.stderr
+
+
+def test_run_trains_here_and_prints_measured_beside_predicted(capsys):
+    assert main(["run", "wrn28-10", "--size", "tiny", "--batch", "4", "--capacity-fraction", "1.0",
+                 "--steps", "1", "--link-mbs", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "measured on cpu-emulated (link 1000.0 MB/s)" in out and "simulator on the measured profile" in out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["run", "wrn28-10", "--size", "tiny", "--strategy", "incore", "--capacity-mb", "1"], "the simulator rejects"),
+    (["run", "wrn28-10", "--size", "tiny", "--device", "cuda"], "CUDA"),
+    (["run", "wrn28-10", "--size", "tiny", "--strategy", "nope"], "unknown strategy"),
+])
+def test_run_refuses_bad_requests_in_one_line(args, words):
+    proc = subprocess.run([sys.executable, "-m", "karma", *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and words in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

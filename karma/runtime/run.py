@@ -1,0 +1,78 @@
+"""`karma run`: train a model from the zoo for a few steps under a plan, here, and check the model.
+
+The plan comes from a strategy (planned on a measured profile of this machine)
+or from a plan file. Before anything runs, the simulator checks the plan on
+the measured profile: a plan it rejects is refused with its reason, and
+nothing is run or written. Every number printed says it was measured on the
+emulated device with its link bandwidth.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+from karma.errors import KarmaError
+from karma.plan import Plan
+from karma.profile_measured import measured_profile
+from karma.runtime.emulation import default_link_bandwidth, emulated_hardware, measure_memory_bandwidth
+from karma.runtime.execute import StepReport, make_optimizer, train_step
+from karma.runtime.ledger import Ledger
+from karma.runtime.link import EmulatedLink
+from karma.runtime.streamed import HostWeights
+from karma.simulate import SimResult, simulate
+from karma.strategy import get
+from models.registry import build
+
+
+@dataclass
+class RunResult:
+    plan: Plan
+    predicted: SimResult
+    reports: list[StepReport]
+    label: str
+
+    @property
+    def median_time(self) -> float:
+        return statistics.median(r.time for r in self.reports)
+
+
+def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None = None, plan: Plan | None = None,
+             capacity_fraction: float | None = 0.5, capacity_bytes: float | None = None, steps: int = 3,
+             link_bw: float | None = None, device: str = "cpu") -> RunResult:
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise KarmaError("CUDA was asked for but no CUDA device is available")
+        raise KarmaError("the runtime's CUDA path is not implemented yet; use --device cpu (emulated device)")
+    if steps < 1:
+        raise KarmaError(f"steps must be a positive integer, got {steps}")
+    chain = build(model, size, batch, seed=1)
+    profile = measured_profile(build(model, size, batch, seed=1), reps=2)
+    link_bw = link_bw or default_link_bandwidth(profile)
+    if capacity_bytes is None:
+        if not capacity_fraction or capacity_fraction <= 0:
+            raise KarmaError("give a positive capacity (fraction of the in-core footprint, or bytes)")
+        capacity_bytes = profile.in_core_peak_bytes() * capacity_fraction
+    hw = emulated_hardware(profile, link_bw, capacity_bytes, measure_memory_bandwidth())
+    if plan is None:
+        plan = get(strategy or "karma")(profile, hw, capacity_bytes)
+    elif plan.units != len(chain) or plan.model != model or plan.batch != chain.batch:
+        raise KarmaError(f"the plan is for {plan.model} batch {plan.batch} with {plan.units} units; this model is "
+                         f"{model} batch {chain.batch} with {len(chain)} units")
+    predicted = simulate(profile, plan, hw, capacity_bytes)
+    if not predicted.feasible:
+        raise KarmaError(f"the simulator rejects this plan at {capacity_bytes / 1e6:.1f} MB: {predicted.reason}")
+    optimizer = HostWeights(chain, plan) if plan.weights == "streamed" else make_optimizer(chain)
+    reports = []
+    try:
+        with EmulatedLink(link_bw, link_bw) as link:
+            for s in range(steps + 1):
+                report = train_step(chain, plan, optimizer, chain.make_batch(seed=s), Ledger(capacity_bytes), link)
+                if s:  # the first step warms up
+                    reports.append(report)
+    finally:
+        if isinstance(optimizer, HostWeights):
+            optimizer.close()
+    return RunResult(plan, predicted, reports, f"measured on {hw.name}")
