@@ -51,12 +51,16 @@ def _check(model: str, size: str, batch: int | None) -> ModelSpec:
     return s
 
 
-def build_original(model: str, size: str, device: str | torch.device = "cpu", seed: int = 0) -> nn.Module:
-    """The original (unsplit) module, initialised from `seed` (no init on meta)."""
+def build_original(model: str, size: str, device: str | torch.device = "cpu", seed: int = 0,
+                   overrides: dict | None = None) -> nn.Module:
+    """The original (unsplit) module, initialised from `seed` (no init on meta).
+
+    `overrides` changes builder arguments of the preset (e.g. {"dropout": 0.0}).
+    """
     s = _check(model, size, None)
     torch.manual_seed(seed)
     with torch.device(device):
-        return s.build(**s.sizes[size])
+        return s.build(**{**s.sizes[size], **(overrides or {})})
 
 
 def chain_of(model: str, size: str, original: nn.Module, batch: int | None = None) -> ChainModel:
@@ -75,7 +79,7 @@ def chain_of(model: str, size: str, original: nn.Module, batch: int | None = Non
 
 
 def build(model: str, size: str = "paper", batch: int | None = None,
-          device: str | torch.device = "cpu", seed: int = 0) -> ChainModel:
+          device: str | torch.device = "cpu", seed: int = 0, overrides: dict | None = None) -> ChainModel:
     """Build `model` at `size` as a chain; `batch` defaults to the preset's batch."""
     _check(model, size, batch)
-    return chain_of(model, size, build_original(model, size, device, seed), batch)
+    return chain_of(model, size, build_original(model, size, device, seed, overrides), batch)

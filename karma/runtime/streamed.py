@@ -12,6 +12,7 @@ update as the resident one, so training is bitwise identical.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -33,7 +34,11 @@ def _optimizer(chain: ChainModel, params: list[torch.Tensor], lr: float) -> torc
 class HostWeights:
     """Master weights, gradients and optimizer state of a chain on the host, per block."""
 
-    def __init__(self, chain: ChainModel, plan: Plan, lr: float = 0.01):
+    def __init__(self, chain: ChainModel, plan: Plan, lr: float = 0.01,
+                 reduce: Callable[[list[torch.Tensor]], None] | None = None, pipelined: bool = True):
+        """`reduce(grads)` combines a block's host gradients across data-parallel ranks (an
+        all-reduce) before its update; `pipelined=False` defers every block's reduce and update
+        until the whole backward is done (the naive order)."""
         units = list(chain.units.children())
         self.uses = [[p for i in b.units for p in units[i].parameters()] for b in plan.blocks]
         owner: dict[int, int] = {}
@@ -45,6 +50,9 @@ class HostWeights:
         self.optimizers = [_optimizer(chain, [self.master[id(p)] for p in owned], lr) for owned in self.owned]
         self.host = ThreadPoolExecutor(max_workers=1, thread_name_prefix="host-optimizer")
         self.steps: list[Future] = []
+        self.reduce = reduce
+        self.pipelined = pipelined
+        self.deferred: list[int] = []
 
     def upload(self, k: int, link: EmulatedLink, ledger: Ledger, after: Future | None = None) -> Future:
         params = self.uses[k]
@@ -77,8 +85,12 @@ class HostWeights:
                 p.grad = None
 
         def update(_future):
-            if self.optimizers[k] is not None:
+            if self.optimizers[k] is None:
+                return
+            if self.pipelined:
                 self.steps.append(self.host.submit(self._step, k))
+            else:
+                self.deferred.append(k)
 
         future = link.submit("d2h", nbytes, copy, "download gradients", k)
         future.add_done_callback(update)
@@ -86,11 +98,16 @@ class HostWeights:
 
     def _step(self, k: int) -> None:
         torch.set_num_threads(1)
+        if self.reduce is not None:
+            self.reduce([self.master[id(p)].grad for p in self.owned[k]])
         self.optimizers[k].step()
         self.optimizers[k].zero_grad(set_to_none=True)
 
     def finish(self) -> None:
-        """Wait for every host update of this step."""
+        """Wait for every host update of this step (naive order: run them all now, in backward order)."""
+        for k in self.deferred:
+            self.steps.append(self.host.submit(self._step, k))
+        self.deferred = []
         while self.steps:
             self.steps.pop().result()
 

@@ -1,0 +1,147 @@
+"""Out-of-core data parallel over MPI (KARMA Sec. V): pipelined host all-reduce, host updates.
+
+Run with ``mpiexec -n N python -m karma.distributed MODEL ...``. Every rank trains its
+shard of the global batch with the out-of-core runtime and streamed weights: as soon as
+a block's gradients reach the host, that rank's host thread all-reduces them (MPI, on
+the host buffers) and runs the block's optimizer step, while the device goes on with
+the backward of earlier blocks (``--order pipelined``); ``--order naive`` all-reduces and
+updates every block only after the whole backward. Losses are means over each rank's
+shard, so the averaged gradient is the gradient of the mean over the global batch, and
+the weights equal one process training on the global batch (float tolerance: the sum
+order differs).
+
+Threads: one torch thread per rank (FACTS.md: ranks x threads must not oversubscribe
+the cores). Checked at start: every rank has the same model, batch and plan, or all
+exit with one line. Faults: any exception on a rank prints ``rank R: error`` and aborts
+the whole job (MPI_Abort), so no rank hangs in a collective and nothing half-written
+is left (rank 0 writes its result atomically at the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+
+
+def shard(batch, rank: int, size: int):
+    """Rank `rank`'s equal slice of the global (inputs, targets)."""
+    inputs, targets = batch
+    n = inputs.shape[0]
+    if n % size:
+        raise ValueError(f"global batch {n} does not split over {size} ranks")
+    per = n // size
+    return inputs[rank * per:(rank + 1) * per], targets[rank * per:(rank + 1) * per]
+
+
+def averaged(comm):
+    """A reduce for HostWeights: sum every gradient over the ranks, divide by their number."""
+    from mpi4py import MPI
+
+    def reduce(grads):
+        requests = [comm.Iallreduce(MPI.IN_PLACE, g, op=MPI.SUM) for g in grads if g is not None]
+        MPI.Request.Waitall(requests)
+        for g in grads:
+            if g is not None:
+                g.div_(comm.size)
+
+    return reduce
+
+
+def train(args, comm) -> dict:
+    from karma.errors import KarmaError
+    from karma.plan import Plan, from_policies
+    from karma.runtime.execute import train_step
+    from karma.runtime.ledger import Ledger
+    from karma.runtime.link import EmulatedLink
+    from karma.runtime.streamed import HostWeights
+    from models.registry import build
+
+    global_chain = build(args.model, args.size, args.global_batch, seed=args.seed, overrides=args.overrides)
+    per_rank = args.global_batch // comm.size
+    if args.global_batch % comm.size:
+        raise KarmaError(f"global batch {args.global_batch} does not split over {comm.size} ranks")
+    chain = build(args.model, args.size, per_rank, seed=args.seed, overrides=args.overrides)
+    if args.optimizer:
+        chain.optimizer = args.optimizer
+    plan = Plan.from_json(args.plan) if args.plan else from_policies(
+        args.model, per_rank, ["keep"] * len(chain), weights="streamed")
+    if plan.weights != "streamed":
+        raise KarmaError("data parallel out-of-core training updates weights on the host: the plan must stream them")
+    signature = hashlib.sha256(json.dumps({"model": args.model, "size": args.size, "batch": per_rank,
+                                           "plan": plan.to_dict(), "overrides": args.overrides,
+                                           "optimizer": chain.optimizer},
+                                          sort_keys=True, default=str).encode()).hexdigest()
+    signatures = comm.allgather(signature)
+    if len(set(signatures)) > 1:
+        bad = [r for r, s in enumerate(signatures) if s != signatures[0]]
+        raise KarmaError(f"ranks disagree on the model or the plan (ranks {bad} differ from rank 0)")
+    host = HostWeights(chain, plan, reduce=averaged(comm), pipelined=args.order == "pipelined")
+    times = []
+    try:
+        with EmulatedLink(args.link_mbs * 1e6, args.link_mbs * 1e6) as link:
+            for step in range(args.steps):
+                batch = shard(global_chain.make_batch(seed=step), comm.rank, comm.size)
+                torch.manual_seed(1000 + step)
+                report = train_step(chain, plan, host, batch, Ledger(float("inf")), link, track=False)
+                times.append(report.time)
+    finally:
+        host.sync()
+        host.close()
+    return {"state": {k: v.clone() for k, v in chain.units.state_dict().items()}, "times": times}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m karma.distributed", description=__doc__.splitlines()[0])
+    p.add_argument("model")
+    p.add_argument("--size", default="tiny")
+    p.add_argument("--global-batch", type=int, default=4)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--plan", help="plan JSON for the per-rank batch (default: keep all, streamed weights)")
+    p.add_argument("--order", choices=["pipelined", "naive"], default="pipelined")
+    p.add_argument("--link-mbs", type=float, default=1000.0, help="emulated host link MB/s")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-dropout", dest="overrides", action="store_const", const={"dropout": 0.0}, default=None,
+                   help="build the model without dropout (per-rank masks cannot match one process)")
+    p.add_argument("--optimizer", choices=["sgd", "adam"], help="override the model's optimizer")
+    p.add_argument("--fail-on-rank", type=int, help="(testing) raise on this rank during the first step")
+    p.add_argument("--out", help="rank 0 writes the final weights and step times here (torch.save)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from mpi4py import MPI
+
+    torch.set_num_threads(1)
+    comm = MPI.COMM_WORLD
+    args = parser().parse_args(argv)
+    try:
+        if args.fail_on_rank == comm.rank:
+            raise RuntimeError("injected fault (--fail-on-rank)")
+        result = train(args, comm)
+    except Exception as err:  # one line per failing rank, then the whole job ends
+        from karma.errors import KarmaError
+
+        detail = str(err) if isinstance(err, KarmaError) else traceback.format_exc(limit=1).strip().splitlines()[-1]
+        print(f"rank {comm.rank}: error: {detail}", file=sys.stderr, flush=True)
+        comm.Abort(1)
+        return 1
+    if comm.rank == 0 and args.out:
+        out = Path(args.out)
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        torch.save(result, tmp)
+        tmp.replace(out)
+        median = sorted(result["times"])[len(result["times"]) // 2]
+        print(f"{comm.size} ranks, {args.order}: median step {median:.4f} s "
+              f"[measured on cpu-emulated, {comm.size} MPI ranks] -> {out}")
+    comm.Barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
