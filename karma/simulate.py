@@ -40,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from karma.hardware import Hardware
+from karma.network import allreduce_time, nodes_for
 from karma.plan import Plan
 from karma.profile import OPTIMIZER_STATE_FACTOR, Profile
 
@@ -136,8 +137,16 @@ class _Schedule:
 
 
 def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None = None,
-             record: bool = True) -> SimResult:
-    """Simulate one iteration; `capacity` defaults to the Hardware's device memory."""
+             record: bool = True, gpus: int = 1, order: str = "pipelined") -> SimResult:
+    """Simulate one iteration; `capacity` defaults to the Hardware's device memory.
+
+    With `gpus` > 1 it is one rank of data parallel training (KARMA Sec. V): each
+    block's gradients are all-reduced on the ``network`` queue (karma/network.py) as
+    soon as they are ready (``order='pipelined'``: after their download to the host
+    for streamed weights, after the block's backward for resident ones), or all after
+    the backward (``'naive'``); a block's host update waits for its all-reduce, a
+    device optimizer step for all of them.
+    """
     units = profile.units
     if plan.units != len(units):
         from karma.errors import KarmaError
@@ -145,6 +154,14 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
         raise KarmaError(f"plan is for {plan.units} units, the profile of {profile.model} has {len(units)}")
     capacity = hw.device_memory if capacity is None else capacity
     streamed = plan.weights == "streamed"
+    if order not in ("pipelined", "naive"):
+        from karma.errors import KarmaError
+
+        raise KarmaError(f"order must be pipelined or naive, got {order!r}")
+    nodes_for(gpus, hw)
+    parallel = gpus > 1
+    pending: list[tuple[int, float]] = []
+    net_end = 0.0
     depth = plan.prefetch_depth
     blocks = plan.blocks
     nb = len(blocks)
@@ -260,13 +277,31 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
             grads_down_end = s.op("d2h", "download gradients", k, ready, params[k] / hw.d2h_bw,
                                   free=params[k])[1]
             traffic = optimizer_traffic_bytes(params[k], profile.optimizer)
-            host_t = s.op("host", "optimizer step", k, grads_down_end, traffic / hw.host_update_bw)[1]
+            if parallel and order == "naive":
+                pending.append((k, grads_down_end))
+            else:
+                if parallel:
+                    grads_down_end = net_end = s.op("network", "all-reduce", k, grads_down_end,
+                                                    allreduce_time(params[k], hw, gpus))[1]
+                host_t = s.op("host", "optimizer step", k, grads_down_end, traffic / hw.host_update_bw)[1]
+        elif parallel:
+            if order == "naive":
+                pending.append((k, ready))
+            else:
+                net_end = s.op("network", "all-reduce", k, ready, allreduce_time(params[k], hw, gpus))[1]
+
+    start_naive = max([bwd_ready] + [t for _, t in pending])
+    for k, _ in pending:
+        net_end = s.op("network", "all-reduce", k, start_naive, allreduce_time(params[k], hw, gpus))[1]
+        if streamed:
+            traffic = optimizer_traffic_bytes(params[k], profile.optimizer)
+            host_t = s.op("host", "optimizer step", k, net_end, traffic / hw.host_update_bw)[1]
 
     if streamed:
-        end = max(bwd_ready, grads_down_end, host_t)
+        end = max(bwd_ready, grads_down_end, host_t, net_end)
     else:
         traffic = optimizer_traffic_bytes(sum(params), profile.optimizer)
-        end = s.op("compute", "optimizer step", 0, bwd_ready, traffic / hw.memory_bw,
+        end = s.op("compute", "optimizer step", 0, max(bwd_ready, net_end), traffic / hw.memory_bw,
                    free=sum(params))[1]
     peak, over_block, _ = s.peak(static, capacity)
     reason = None

@@ -1,0 +1,58 @@
+"""The performance model of data parallel out-of-core training (network + host updates)."""
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from karma.errors import KarmaError
+from karma.network import allreduce_time, ring
+from karma.simulate import simulate
+from tests.chains import V100, chains
+from tests.test_simulate import random_plan
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def test_ring_all_reduce_is_the_alpha_beta_closed_form():
+    assert ring(8e9, 4, 1e9, 1e-6) == pytest.approx(2 * 3 * 1e-6 + 2 * 3 / 4 * 8)
+    assert allreduce_time(1e9, V100, 1) == 0.0
+    assert allreduce_time(1e9, V100, 4) == pytest.approx(ring(1e9, 4, V100.intra_node_bw, V100.intra_node_latency))
+
+
+def test_all_reduce_grows_with_the_gpu_count():
+    times = [allreduce_time(1e9, V100, g) for g in (1, 2, 4, 8, 16, 64, 256, 2048)]
+    assert times == sorted(times)
+
+
+@pytest.mark.parametrize("gpus", [0, 6, -4, 2.5])
+def test_a_gpu_count_the_nodes_cannot_form_is_refused(gpus):
+    with pytest.raises(KarmaError, match="GPU"):
+        allreduce_time(1.0, V100, gpus)
+
+
+@SETTINGS
+@given(chains(), st.data(), st.sampled_from([4, 8, 64, 2048]))
+def test_pipelined_is_never_slower_than_naive_and_one_gpu_is_a_lower_bound(case, data, gpus):
+    profile, hw, _ = case
+    plan = random_plan(data, profile)
+    one = simulate(profile, plan, hw, capacity=math.inf)
+    pipelined = simulate(profile, plan, hw, capacity=math.inf, gpus=gpus)
+    naive = simulate(profile, plan, hw, capacity=math.inf, gpus=gpus, order="naive")
+    assert one.time <= pipelined.time * (1 + 1e-12) <= naive.time * (1 + 1e-12)
+    assert pipelined.busy["network"] == pytest.approx(naive.busy["network"])
+
+
+@SETTINGS
+@given(chains(), st.data())
+def test_an_infinitely_fast_network_costs_nothing(case, data):
+    profile, hw, _ = case
+    plan = random_plan(data, profile)
+    fast = replace(hw, inter_node_bw=1e30, intra_node_bw=1e30, inter_node_latency=0.0, intra_node_latency=0.0)
+    one = simulate(profile, plan, fast, capacity=math.inf)
+    many = simulate(profile, plan, fast, capacity=math.inf, gpus=64)
+    assert many.time == pytest.approx(one.time, rel=1e-12)
+    # the naive order still waits for the whole backward before the host updates
+    assert simulate(profile, plan, fast, capacity=math.inf, gpus=64, order="naive").time >= one.time
