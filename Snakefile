@@ -10,6 +10,7 @@ include: "workflow/rules/profile.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/plan.smk"
 include: "workflow/rules/runtime.smk"
+include: "workflow/rules/scaling.smk"
 
 
 rule all:
@@ -21,4 +22,5 @@ rule all:
         "results/tables/speedups.md",
         expand("results/figures/gantt_{model}.png", model=config["gantt_model"]),
         "results/tables/measured_vs_predicted.md",
+        "results/tables/scaling.md",
     default_target: True

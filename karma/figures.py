@@ -181,3 +181,20 @@ def measured_vs_predicted_figure(table: pd.DataFrame, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=150)
     plt.close(fig)
+
+
+def scaling_figure(table: pd.DataFrame, hardware: str, out: Path) -> None:
+    """Weak scaling: efficiency against GPUs, one panel per model, a line per strategy."""
+    plt = _pyplot()
+    import seaborn as sns
+
+    data = table[table.efficiency.notna()]
+    grid = sns.relplot(data=data, x="gpus", y="efficiency", hue="strategy", col="model", col_wrap=3, kind="line",
+                       marker="o", height=2.4, aspect=1.3, facet_kws={"sharey": True})
+    grid.set(xscale="log", ylim=(0, 1.05))
+    grid.set_axis_labels("GPUs (4 per node)", "scaling efficiency")
+    grid.figure.suptitle(f"Weak scaling of out-of-core data parallel training (simulated on {hardware})",
+                         fontsize=9, y=1.02)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    grid.figure.savefig(out, dpi=150, bbox_inches="tight")
+    plt.close(grid.figure)

@@ -56,3 +56,18 @@ def test_an_infinitely_fast_network_costs_nothing(case, data):
     assert many.time == pytest.approx(one.time, rel=1e-12)
     # the naive order still waits for the whole backward before the host updates
     assert simulate(profile, plan, fast, capacity=math.inf, gpus=64, order="naive").time >= one.time
+
+
+def test_interpolated_profile_equals_a_real_one_at_an_intermediate_batch():
+    from karma.profile_analytic import analytic_profile
+    from karma.scaling import interpolate
+    from models import build
+
+    one = analytic_profile(build("wrn28-10", "tiny", 1, device="meta"), V100)
+    big = analytic_profile(build("wrn28-10", "tiny", 8, device="meta"), V100)
+    real = analytic_profile(build("wrn28-10", "tiny", 4, device="meta"), V100)
+    mid = interpolate(one, big, 4)
+    assert mid.activation_bytes() == real.activation_bytes()
+    # the workspace is a peak of live tensors, not exactly linear in the batch
+    assert mid.in_core_peak_bytes() == pytest.approx(real.in_core_peak_bytes(), rel=0.02)
+    assert mid.forward_time() == pytest.approx(real.forward_time(), rel=0.02)

@@ -41,3 +41,7 @@ def strategy_tables(wildcards):
 
 def runtime_tables(wildcards):
     return expand("results/runtime/{model}.csv", model=config["runtime"]["models"])
+
+
+def scaling_tables(wildcards):
+    return expand("results/scaling/{hw}/{model}.csv", hw=HARDWARE, model=config["speedup_models"])
