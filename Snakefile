@@ -23,4 +23,5 @@ rule all:
         expand("results/figures/gantt_{model}.png", model=config["gantt_model"]),
         "results/tables/measured_vs_predicted.md",
         "results/tables/scaling.md",
+        "results/tables/distributed_validation.md",
     default_target: True

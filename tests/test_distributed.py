@@ -66,3 +66,17 @@ def test_a_global_batch_the_ranks_cannot_share_is_one_line_per_rank(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "does not split over 3 ranks" in proc.stderr
     assert not (tmp_path / "never.pt").exists()
+
+
+def test_validation_against_the_model_writes_both_orders(tmp_path):
+    out = tmp_path / "dp.csv"
+    cmd = [str(MPIEXEC), "-n", "2", sys.executable, "-m", "karma.validate_dp", MODEL, "--size", "tiny", "--batch", "2",
+           "--steps", "1", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import pandas as pd
+
+    table = pd.read_csv(out)
+    assert list(table.order) == ["pipelined", "naive"]
+    assert (table.measured_s > 0).all() and (table.predicted_s > 0).all()
+    assert table.source.str.contains("measured on cpu-emulated").all()

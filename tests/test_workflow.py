@@ -66,7 +66,8 @@ def test_dry_run_plans_every_profile(tmp_path):
     proc = run(copy_workflow(tmp_path), "-n", "--cores", "1")
     assert proc.returncode == 0, proc.stderr
     for rule in ["profile_analytic", "profile_measured", "footprint_table", "compare_strategies", "speedup_table",
-                 "gantt", "validate_runtime", "runtime_table", "scaling", "scaling_table"]:
+                 "gantt", "validate_runtime", "runtime_table", "scaling", "scaling_table", "validate_distributed",
+                 "distributed_table"]:
         assert rule in proc.stdout
 
 

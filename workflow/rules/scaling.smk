@@ -33,3 +33,36 @@ rule scaling_table:
         "../../environment.yml"
     script:
         "../scripts/scaling_table.py"
+
+
+rule validate_distributed:
+    output:
+        "results/distributed/{model}.csv",
+    log:
+        "logs/validate_distributed/{model}.log",
+    params:
+        ranks=config["distributed"]["ranks"],
+        batch=config["distributed"]["batch"],
+        steps=config["distributed"]["steps"],
+    threads: config["distributed"]["ranks"]
+    resources:
+        measuring=1,
+    conda:
+        "../../environment.yml"
+    shell:
+        "timeout 600 mpiexec -n {params.ranks} python -m karma.validate_dp {wildcards.model} --batch {params.batch} "
+        "--steps {params.steps} --out {output} > {log} 2>&1"
+
+
+rule distributed_table:
+    input:
+        expand("results/distributed/{model}.csv", model=config["distributed"]["models"]),
+    output:
+        csv="results/tables/distributed_validation.csv",
+        md="results/tables/distributed_validation.md",
+    log:
+        "logs/distributed_table.log",
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/distributed_table.py"
