@@ -14,7 +14,9 @@ Threads: one torch thread per rank (FACTS.md: ranks x threads must not oversubsc
 the cores). Checked at start: every rank has the same model, batch and plan, or all
 exit with one line. Faults: any exception on a rank prints ``rank R: error`` and aborts
 the whole job (MPI_Abort), so no rank hangs in a collective and nothing half-written
-is left (rank 0 writes its result atomically at the end).
+is left (rank 0 writes its result atomically at the end); a rank that dies (killed,
+crashed) makes mpiexec end the others and name its PID, which each rank's first line
+(``rank R of N is pid P``) maps to its rank.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -40,15 +44,20 @@ def shard(batch, rank: int, size: int):
 
 
 def averaged(comm):
-    """A reduce for HostWeights: sum every gradient over the ranks, divide by their number."""
+    """A reduce for HostWeights: start summing every gradient over the ranks (non-blocking);
+    the returned wait completes the sums and divides by the number of ranks."""
     from mpi4py import MPI
 
     def reduce(grads):
-        requests = [comm.Iallreduce(MPI.IN_PLACE, g, op=MPI.SUM) for g in grads if g is not None]
-        MPI.Request.Waitall(requests)
-        for g in grads:
-            if g is not None:
+        grads = [g for g in grads if g is not None]
+        requests = [comm.Iallreduce(MPI.IN_PLACE, g, op=MPI.SUM) for g in grads]
+
+        def wait():
+            MPI.Request.Waitall(requests)
+            for g in grads:
                 g.div_(comm.size)
+
+        return wait
 
     return reduce
 
@@ -69,7 +78,7 @@ def train(args, comm) -> dict:
     chain = build(args.model, args.size, per_rank, seed=args.seed, overrides=args.overrides)
     if args.optimizer:
         chain.optimizer = args.optimizer
-    plan = Plan.from_json(args.plan) if args.plan else from_policies(
+    plan = Plan.from_json(args.plan.format(rank=comm.rank)) if args.plan else from_policies(
         args.model, per_rank, ["keep"] * len(chain), weights="streamed")
     if plan.weights != "streamed":
         raise KarmaError("data parallel out-of-core training updates weights on the host: the plan must stream them")
@@ -102,14 +111,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--size", default="tiny")
     p.add_argument("--global-batch", type=int, default=4)
     p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--plan", help="plan JSON for the per-rank batch (default: keep all, streamed weights)")
+    p.add_argument("--plan", help="plan JSON for the per-rank batch (default: keep all, streamed weights); "
+                                  "'{rank}' in the path is replaced by the rank")
     p.add_argument("--order", choices=["pipelined", "naive"], default="pipelined")
     p.add_argument("--link-mbs", type=float, default=1000.0, help="emulated host link MB/s")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-dropout", dest="overrides", action="store_const", const={"dropout": 0.0}, default=None,
                    help="build the model without dropout (per-rank masks cannot match one process)")
     p.add_argument("--optimizer", choices=["sgd", "adam"], help="override the model's optimizer")
-    p.add_argument("--fail-on-rank", type=int, help="(testing) raise on this rank during the first step")
+    p.add_argument("--fail-on-rank", type=int, help="(testing) raise on this rank before training")
+    p.add_argument("--die-on-rank", type=int, help="(testing) this rank is killed (SIGKILL) before training")
     p.add_argument("--out", help="rank 0 writes the final weights and step times here (torch.save)")
     return p
 
@@ -120,9 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
     args = parser().parse_args(argv)
+    # If a rank dies (killed, crashed), mpiexec names its PID: this line maps it to the rank.
+    print(f"karma.distributed: rank {comm.rank} of {comm.size} is pid {os.getpid()}", file=sys.stderr, flush=True)
     try:
         if args.fail_on_rank == comm.rank:
             raise RuntimeError("injected fault (--fail-on-rank)")
+        if args.die_on_rank == comm.rank:
+            os.kill(os.getpid(), signal.SIGKILL)
         result = train(args, comm)
     except Exception as err:  # one line per failing rank, then the whole job ends
         from karma.errors import KarmaError

@@ -80,3 +80,26 @@ def test_validation_against_the_model_writes_both_orders(tmp_path):
     assert list(table.order) == ["pipelined", "naive"]
     assert (table.measured_s > 0).all() and (table.predicted_s > 0).all()
     assert table.source.str.contains("measured on cpu-emulated").all()
+
+
+def test_a_dying_rank_ends_the_job_naming_it(tmp_path):
+    """mpiexec ends every rank and names the dead one's PID; the ranks' first lines map it to rank 1."""
+    import re
+
+    out = tmp_path / "never.pt"
+    proc = launch(2, "--die-on-rank", "1", "--out", str(out), timeout=60)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "BAD TERMINATION" in text
+    pid = re.search(r"PID (\d+) RUNNING", text).group(1)
+    assert f"rank 1 of 2 is pid {pid}" in text
+    assert not out.exists()
+
+
+def test_ranks_that_disagree_on_the_plan_all_exit(tmp_path):
+    per_rank = GLOBAL_BATCH // 2
+    n = len(build(MODEL, "tiny", device="meta"))
+    from_policies(MODEL, per_rank, ["keep"] * n, weights="streamed").to_json(tmp_path / "plan0.json")
+    from_policies(MODEL, per_rank, ["swap"] * n, weights="streamed").to_json(tmp_path / "plan1.json")
+    proc = launch(2, "--plan", str(tmp_path / "plan{rank}.json"), "--out", str(tmp_path / "never.pt"), timeout=60)
+    assert proc.returncode != 0 and "ranks disagree on the model or the plan" in proc.stderr
+    assert not (tmp_path / "never.pt").exists()

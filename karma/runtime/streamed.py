@@ -35,10 +35,12 @@ class HostWeights:
     """Master weights, gradients and optimizer state of a chain on the host, per block."""
 
     def __init__(self, chain: ChainModel, plan: Plan, lr: float = 0.01,
-                 reduce: Callable[[list[torch.Tensor]], None] | None = None, pipelined: bool = True):
-        """`reduce(grads)` combines a block's host gradients across data-parallel ranks (an
-        all-reduce) before its update; `pipelined=False` defers every block's reduce and update
-        until the whole backward is done (the naive order)."""
+                 reduce: Callable[[list[torch.Tensor]], Callable[[], None]] | None = None, pipelined: bool = True):
+        """`reduce(grads)` starts combining a block's host gradients across data-parallel ranks
+        (a non-blocking all-reduce) and returns the wait for it; the block's update runs after
+        the wait, on the host thread, while later blocks' all-reduces are in flight.
+        `pipelined=False` defers every block's reduce and update until the whole backward is
+        done (the naive order)."""
         units = list(chain.units.children())
         self.uses = [[p for i in b.units for p in units[i].parameters()] for b in plan.blocks]
         owner: dict[int, int] = {}
@@ -88,7 +90,8 @@ class HostWeights:
             if self.optimizers[k] is None:
                 return
             if self.pipelined:
-                self.steps.append(self.host.submit(self._step, k))
+                wait = self._start_reduce(k)
+                self.steps.append(self.host.submit(self._step, k, wait))
             else:
                 self.deferred.append(k)
 
@@ -96,17 +99,23 @@ class HostWeights:
         future.add_done_callback(update)
         return future
 
-    def _step(self, k: int) -> None:
+    def _start_reduce(self, k: int) -> Callable[[], None] | None:
+        if self.reduce is None:
+            return None
+        return self.reduce([self.master[id(p)].grad for p in self.owned[k]])
+
+    def _step(self, k: int, wait: Callable[[], None] | None) -> None:
         torch.set_num_threads(1)
-        if self.reduce is not None:
-            self.reduce([self.master[id(p)].grad for p in self.owned[k]])
+        if wait is not None:
+            wait()
         self.optimizers[k].step()
         self.optimizers[k].zero_grad(set_to_none=True)
 
     def finish(self) -> None:
         """Wait for every host update of this step (naive order: run them all now, in backward order)."""
-        for k in self.deferred:
-            self.steps.append(self.host.submit(self._step, k))
+        waits = [(k, self._start_reduce(k)) for k in self.deferred]
+        for k, wait in waits:
+            self.steps.append(self.host.submit(self._step, k, wait))
         self.deferred = []
         while self.steps:
             self.steps.pop().result()
