@@ -1,7 +1,8 @@
 """Out-of-core data parallel over MPI (KARMA Sec. V): pipelined host all-reduce, host updates.
 
 Run with ``mpiexec -n N python -m karma.distributed MODEL ...``. Every rank trains its
-shard of the global batch with the out-of-core runtime and streamed weights: as soon as
+shard of the global batch with the out-of-core runtime, the optimizer on the host (the
+plan's weights streamed, or resident and sent back up after each update): as soon as
 a block's gradients reach the host, that rank's host thread all-reduces them (MPI, on
 the host buffers) and runs the block's optimizer step, while the device goes on with
 the backward of earlier blocks (``--order pipelined``); ``--order naive`` all-reduces and
@@ -80,8 +81,6 @@ def train(args, comm) -> dict:
         chain.optimizer = args.optimizer
     plan = Plan.from_json(args.plan.format(rank=comm.rank)) if args.plan else from_policies(
         args.model, per_rank, ["keep"] * len(chain), weights="streamed")
-    if plan.weights != "streamed":
-        raise KarmaError("data parallel out-of-core training updates weights on the host: the plan must stream them")
     signature = hashlib.sha256(json.dumps({"model": args.model, "size": args.size, "batch": per_rank,
                                            "plan": plan.to_dict(), "overrides": args.overrides,
                                            "optimizer": chain.optimizer},
@@ -90,18 +89,18 @@ def train(args, comm) -> dict:
     if len(set(signatures)) > 1:
         bad = [r for r, s in enumerate(signatures) if s != signatures[0]]
         raise KarmaError(f"ranks disagree on the model or the plan (ranks {bad} differ from rank 0)")
-    host = HostWeights(chain, plan, reduce=averaged(comm), pipelined=args.order == "pipelined")
     times = []
-    try:
-        with EmulatedLink(args.link_mbs * 1e6, args.link_mbs * 1e6) as link:
+    with EmulatedLink(args.link_mbs * 1e6, args.link_mbs * 1e6) as link:
+        host = HostWeights(chain, plan, reduce=averaged(comm), pipelined=args.order == "pipelined", link=link)
+        try:
             for step in range(args.steps):
                 batch = shard(global_chain.make_batch(seed=step), comm.rank, comm.size)
                 torch.manual_seed(1000 + step)
                 report = train_step(chain, plan, host, batch, Ledger(float("inf")), link, track=False)
                 times.append(report.time)
-    finally:
-        host.sync()
-        host.close()
+        finally:
+            host.sync()
+            host.close()
     return {"state": {k: v.clone() for k, v in chain.units.state_dict().items()}, "times": times}
 
 

@@ -1,8 +1,9 @@
 """Weak scaling of out-of-core data parallel training, simulated (KARMA Sec. VI-C).
 
 Each GPU keeps the per-GPU batch of the single-GPU experiment; KARMA's single-GPU
-plan runs on every rank with its gradients all-reduced per block, pipelined with the
-backward or after it (naive). The comparison is in-core data parallel at the largest
+plan runs on every rank with its gradients all-reduced per block from host buffers and
+the updates on the host (Sec. V), pipelined with the backward or after it (naive).
+The comparison is in-core data parallel at the largest
 per-GPU batch that fits the device (all activations kept, per-block all-reduce
 overlapped with the backward as PyTorch DDP does). Throughput = GPUs x batch /
 iteration time; efficiency = throughput / (GPUs x the same strategy's one-GPU
@@ -64,18 +65,18 @@ def largest_in_core_batch(one: Profile, big: Profile, hw: Hardware) -> int | Non
 
 def sweep(one: Profile, big: Profile, karma: Plan, hw: Hardware, gpu_counts: list[int]) -> pd.DataFrame:
     """Rows per (GPU count, strategy): time, throughput, scaling efficiency, source."""
-    cases = [("karma out-of-core, pipelined", big, karma, "pipelined"),
-             ("karma out-of-core, naive", big, karma, "naive")]
+    cases = [("karma out-of-core, pipelined", big, karma, "pipelined", True),
+             ("karma out-of-core, naive", big, karma, "naive", True)]
     incore = largest_in_core_batch(one, big, hw)
     if incore is not None:
         p = interpolate(one, big, incore)
         cases.append(("in-core data parallel", p, from_policies(p.model, incore, ["keep"] * len(p.units)),
-                      "pipelined"))
+                      "pipelined", False))
     rows = []
-    for label, profile, plan, order in cases:
+    for label, profile, plan, order, host_updates in cases:
         base = None
         for gpus in gpu_counts:
-            result = simulate(profile, plan, hw, gpus=gpus, order=order, record=False)
+            result = simulate(profile, plan, hw, gpus=gpus, order=order, record=False, host_updates=host_updates)
             throughput = gpus * profile.batch / result.time if result.feasible else None
             if gpus == 1:
                 base = throughput

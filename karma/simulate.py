@@ -137,7 +137,8 @@ class _Schedule:
 
 
 def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None = None,
-             record: bool = True, gpus: int = 1, order: str = "pipelined") -> SimResult:
+             record: bool = True, gpus: int = 1, order: str = "pipelined",
+             host_updates: bool | None = None) -> SimResult:
     """Simulate one iteration; `capacity` defaults to the Hardware's device memory.
 
     With `gpus` > 1 it is one rank of data parallel training (KARMA Sec. V): each
@@ -145,7 +146,10 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
     soon as they are ready (``order='pipelined'``: after their download to the host
     for streamed weights, after the block's backward for resident ones), or all after
     the backward (``'naive'``); a block's host update waits for its all-reduce, a
-    device optimizer step for all of them.
+    device optimizer step for all of them. `host_updates` (default: only with streamed
+    weights) keeps resident weights on the device but the optimizer on the host: each
+    block's gradients go down after its backward, are all-reduced and applied there,
+    and the updated weights go back up in the gap before the next iteration.
     """
     units = profile.units
     if plan.units != len(units):
@@ -154,6 +158,7 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
         raise KarmaError(f"plan is for {plan.units} units, the profile of {profile.model} has {len(units)}")
     capacity = hw.device_memory if capacity is None else capacity
     streamed = plan.weights == "streamed"
+    host_side = streamed if host_updates is None else (host_updates or streamed)
     if order not in ("pipelined", "naive"):
         from karma.errors import KarmaError
 
@@ -184,7 +189,7 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
     params = [sum(units[i].param_bytes for i in b.units) for b in blocks]
     static = sum(u.buffer_bytes for u in units)
     if not streamed:
-        static += sum(u.param_bytes + u.optimizer_bytes for u in units)
+        static += sum(u.param_bytes + (0 if host_side else u.optimizer_bytes) for u in units)
 
     # ---- forward -------------------------------------------------------
     fwd_start = [0.0] * nb
@@ -272,8 +277,9 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
         bwd_ready = ready
         if b.policy == "recompute":
             s.release(ready, ckpt_bytes[k], k)
-        if streamed:
-            s.release(ready, params[k], k)
+        if host_side:
+            if streamed:
+                s.release(ready, params[k], k)
             grads_down_end = s.op("d2h", "download gradients", k, ready, params[k] / hw.d2h_bw,
                                   free=params[k])[1]
             traffic = optimizer_traffic_bytes(params[k], profile.optimizer)
@@ -284,6 +290,8 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
                     grads_down_end = net_end = s.op("network", "all-reduce", k, grads_down_end,
                                                     allreduce_time(params[k], hw, gpus))[1]
                 host_t = s.op("host", "optimizer step", k, grads_down_end, traffic / hw.host_update_bw)[1]
+                if not streamed:
+                    host_t = s.op("h2d", "upload weights", k, host_t, params[k] / hw.h2d_bw)[1]
         elif parallel:
             if order == "naive":
                 pending.append((k, ready))
@@ -293,11 +301,13 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
     start_naive = max([bwd_ready] + [t for _, t in pending])
     for k, _ in pending:
         net_end = s.op("network", "all-reduce", k, start_naive, allreduce_time(params[k], hw, gpus))[1]
-        if streamed:
+        if host_side:
             traffic = optimizer_traffic_bytes(params[k], profile.optimizer)
             host_t = s.op("host", "optimizer step", k, net_end, traffic / hw.host_update_bw)[1]
+            if not streamed:
+                host_t = s.op("h2d", "upload weights", k, host_t, params[k] / hw.h2d_bw)[1]
 
-    if streamed:
+    if host_side:
         end = max(bwd_ready, grads_down_end, host_t, net_end)
     else:
         traffic = optimizer_traffic_bytes(sum(params), profile.optimizer)
@@ -311,14 +321,15 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
                   f"capacity; first over at block {over_block} (units {b.start}..{b.stop - 1}, {b.policy})")
     return SimResult(
         time=None if reason else end, makespan=end, peak_bytes=peak, capacity=capacity, busy=dict(s.busy),
-        bytes_h2d=_bytes(blocks, act, params, ckpt_bytes, streamed, "h2d"),
-        bytes_d2h=_bytes(blocks, act, params, ckpt_bytes, streamed, "d2h"),
+        bytes_h2d=_bytes(blocks, act, params, ckpt_bytes, streamed, host_side, "h2d"),
+        bytes_d2h=_bytes(blocks, act, params, ckpt_bytes, streamed, host_side, "d2h"),
         timeline=s.timeline, reason=reason,
     )
 
 
-def _bytes(blocks, act, params, ckpt_bytes, streamed: bool, direction: str) -> float:
-    """Bytes crossing the link in one direction (streamed weights go up twice, gradients down once)."""
+def _bytes(blocks, act, params, ckpt_bytes, streamed: bool, host_side: bool, direction: str) -> float:
+    """Bytes crossing the link in one direction (streamed weights go up twice, gradients down once;
+    resident weights updated on the host go down as gradients and up once, updated)."""
     total = 0.0
     for k, b in enumerate(blocks):
         if b.policy == "swap":
@@ -327,4 +338,6 @@ def _bytes(blocks, act, params, ckpt_bytes, streamed: bool, direction: str) -> f
             total += ckpt_bytes[k]
         if streamed:
             total += 2 * params[k] if direction == "h2d" else params[k]
+        elif host_side:
+            total += params[k]
     return total

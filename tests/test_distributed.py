@@ -35,14 +35,15 @@ def one_process_on_the_global_batch():
     return chain.units.state_dict()
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-@pytest.mark.parametrize("order", ["pipelined", "naive"])
-def test_ranks_train_like_one_process_on_the_global_batch(tmp_path, ranks, order):
+@pytest.mark.parametrize("ranks, order, weights", [(2, "pipelined", "streamed"), (2, "naive", "streamed"),
+                                                   (4, "pipelined", "streamed"), (4, "naive", "streamed"),
+                                                   (2, "pipelined", "resident"), (4, "naive", "resident")])
+def test_ranks_train_like_one_process_on_the_global_batch(tmp_path, ranks, order, weights):
     out = tmp_path / "weights.pt"
     plan = tmp_path / "plan.json"
     per_rank = GLOBAL_BATCH // ranks
     n = len(build(MODEL, "tiny", device="meta"))
-    from_policies(MODEL, per_rank, (["swap", "recompute", "keep"] * n)[:n], weights="streamed",
+    from_policies(MODEL, per_rank, (["swap", "recompute", "keep"] * n)[:n], weights=weights,
                   prefetch_depth=2).to_json(plan)
     proc = launch(ranks, "--order", order, "--plan", str(plan), "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -31,12 +31,15 @@ def model_and_plan(draw):
     return name, plan
 
 
-def train_both(name, plan, steps=3, capacity=math.inf):
+def train_both(name, plan, steps=3, capacity=math.inf, host_updates=False):
     ref, run = build(name, "tiny", seed=5), build(name, "tiny", seed=5)
     opt_ref = make_optimizer(ref)
-    opt_run = HostWeights(run, plan) if plan.weights == "streamed" else make_optimizer(run)
     reports = []
     with EmulatedLink(2e9, 2e9) as link:
+        if plan.weights == "streamed" or host_updates:
+            opt_run = HostWeights(run, plan, link=link)
+        else:
+            opt_run = make_optimizer(run)
         for s in range(steps):
             batch = run.make_batch(seed=s)
             torch.manual_seed(1000 + s)
@@ -52,16 +55,17 @@ def train_both(name, plan, steps=3, capacity=math.inf):
 
 
 @SETTINGS
-@given(model_and_plan())
-def test_any_plan_trains_exactly_like_plain_pytorch(case):
+@given(model_and_plan(), st.booleans())
+def test_any_plan_trains_exactly_like_plain_pytorch(case, host_updates):
     """Bitwise for keep/swap plans; recompute too here (RNG and BatchNorm statistics restored),
-    which is stricter than the float tolerance the design allows."""
+    which is stricter than the float tolerance the design allows. Also with the optimizer on
+    the host for resident weights (updated weights sent back up)."""
     name, plan = case
-    ref, run, reports = train_both(name, plan)
+    ref, run, reports = train_both(name, plan, host_updates=host_updates)
     for (key, a), b in zip(ref.units.state_dict().items(), run.units.state_dict().values(), strict=True):
         assert torch.equal(a, b), key
     assert all(r.peak_bytes > 0 and math.isfinite(r.loss) for r in reports)
-    moves = plan.weights == "streamed" or any(b.policy == "swap" or (b.policy == "recompute" and
+    moves = plan.weights == "streamed" or host_updates or any(b.policy == "swap" or (b.policy == "recompute" and
                                                                      b.checkpoint == "host") for b in plan.blocks)
     assert (reports[-1].bytes_d2h > 0) == moves
 

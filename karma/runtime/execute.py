@@ -171,9 +171,9 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
     """
     check_plan(chain, plan)
     streamed = plan.weights == "streamed"
-    if streamed != isinstance(optimizer, HostWeights):
-        raise KarmaError("streamed weights need a HostWeights optimizer (karma.runtime.streamed), "
-                         "resident weights a torch optimizer")
+    host_side = isinstance(optimizer, HostWeights)
+    if streamed and not host_side:
+        raise KarmaError("streamed weights need a HostWeights optimizer (karma.runtime.streamed)")
     units = list(chain.units.children())
     start = time.perf_counter()
     ledger.start = start
@@ -194,11 +194,12 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
         for j in range(min(depth, nb)):
             uploads[j] = optimizer.upload(j, link, ledger)
     else:
-        for p in chain.units.parameters():  # weights, optimizer state: resident for the whole step
+        for p in chain.units.parameters():  # weights (and optimizer state): resident for the whole step
             ledger.hold(storage_key(p), storage_bytes(p), "weights", "weights")
-        state_bytes = sum(p.numel() * p.element_size() for p in chain.units.parameters()) * \
-            {"sgd": 1, "adam": 2}[chain.optimizer]
-        ledger.hold("optimizer state", state_bytes, "weights", "optimizer state")
+        if not host_side:
+            state_bytes = sum(p.numel() * p.element_size() for p in chain.units.parameters()) * \
+                {"sgd": 1, "adam": 2}[chain.optimizer]
+            ledger.hold("optimizer state", state_bytes, "weights", "optimizer state")
 
     stores = [_Saved(k, b.policy == "swap" or (b.policy == "recompute" and b.checkpoint == "host"), ledger, params)
               for k, b in enumerate(blocks)]
@@ -230,6 +231,7 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
         stores[k].release()
         if streamed:
             optimizer.evict(k, ledger)
+        if host_side:
             downloads.append(optimizer.download(k, link, ledger))
 
     def on_block_backward(k: int):
@@ -284,7 +286,7 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
         finish(0)
         del loss, x, out
     t0 = time.perf_counter()
-    if streamed:
+    if host_side:
         for future in downloads:
             future.result()
         optimizer.finish()

@@ -34,13 +34,15 @@ def _optimizer(chain: ChainModel, params: list[torch.Tensor], lr: float) -> torc
 class HostWeights:
     """Master weights, gradients and optimizer state of a chain on the host, per block."""
 
-    def __init__(self, chain: ChainModel, plan: Plan, lr: float = 0.01,
+    def __init__(self, chain: ChainModel, plan: Plan, lr: float = 0.01, link: EmulatedLink | None = None,
                  reduce: Callable[[list[torch.Tensor]], Callable[[], None]] | None = None, pipelined: bool = True):
         """`reduce(grads)` starts combining a block's host gradients across data-parallel ranks
         (a non-blocking all-reduce) and returns the wait for it; the block's update runs after
         the wait, on the host thread, while later blocks' all-reduces are in flight.
         `pipelined=False` defers every block's reduce and update until the whole backward is
-        done (the naive order)."""
+        done (the naive order). With a resident-weights plan the weights stay on the device
+        and `link` carries each block's updated weights back up after its update (in the gap
+        before the next forward)."""
         units = list(chain.units.children())
         self.uses = [[p for i in b.units for p in units[i].parameters()] for b in plan.blocks]
         owner: dict[int, int] = {}
@@ -55,6 +57,11 @@ class HostWeights:
         self.reduce = reduce
         self.pipelined = pipelined
         self.deferred: list[int] = []
+        self.resident = plan.weights == "resident"
+        self.link = link
+        self.refreshed: list[Future] = []
+        if self.resident and link is None:
+            raise ValueError("host updates of resident weights need the link to send them back")
 
     def upload(self, k: int, link: EmulatedLink, ledger: Ledger, after: Future | None = None) -> Future:
         params = self.uses[k]
@@ -110,6 +117,16 @@ class HostWeights:
             wait()
         self.optimizers[k].step()
         self.optimizers[k].zero_grad(set_to_none=True)
+        if self.resident:
+            params = self.uses[k]
+
+            def copy():
+                with torch.no_grad():
+                    for p in params:
+                        p.copy_(self.master[id(p)])
+
+            nbytes = sum(p.numel() * p.element_size() for p in params)
+            self.refreshed.append(self.link.submit("h2d", nbytes, copy, "upload weights", k))
 
     def finish(self) -> None:
         """Wait for every host update of this step (naive order: run them all now, in backward order)."""
@@ -119,6 +136,8 @@ class HostWeights:
         self.deferred = []
         while self.steps:
             self.steps.pop().result()
+        while self.refreshed:
+            self.refreshed.pop().result()
 
     def sync(self) -> None:
         """Copy the master weights into the model (the device copy is stale between steps)."""
