@@ -225,14 +225,39 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
         if swapped[j] is not None:
             stores[j].prefetch(link, swapped[j])
 
+    # A block's gradients go down once every weight it owns has its gradient accumulated: the
+    # hook on the previous block's output can fire before the autograd engine has run the
+    # block's last AccumulateGrad, so the download waits for each weight's post-accumulate hook.
+    waiting = [set() for _ in range(nb)]
+    downloaded = [False] * nb
+    hooks = []
+
+    def download(k: int) -> None:
+        if not downloaded[k]:
+            downloaded[k] = True
+            downloads.append(optimizer.download(k, link, ledger))
+
+    if host_side:
+        for k in range(nb):
+            for p in optimizer.owned[k]:
+                if p.requires_grad:
+                    waiting[k].add(id(p))
+
+                    def accumulated(p, k=k):
+                        waiting[k].discard(id(p))
+                        if not waiting[k]:
+                            download(k)
+
+                    hooks.append(p.register_post_accumulate_grad_hook(accumulated))
+            if not waiting[k]:
+                downloaded[k] = True  # nothing to send
+
     def finish(k: int) -> None:
-        """Block k's backward is over: free what it held, send its gradients down."""
+        """Block k's backward is over: free what it held."""
         record("backward", k, begun[k])
         stores[k].release()
         if streamed:
             optimizer.evict(k, ledger)
-        if host_side:
-            downloads.append(optimizer.download(k, link, ledger))
 
     def on_block_backward(k: int):
         def hook(grad):
@@ -282,8 +307,15 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
         for j in range(nb - 1, max(nb - 1 - depth, -1), -1):
             issue_prefetch(j)
         on_block_backward(nb - 1)(None)
-        loss.backward()
+        try:
+            loss.backward()
+        finally:
+            for handle in hooks:
+                handle.remove()
         finish(0)
+        for k in range(nb - 1, -1, -1):  # weights that got no gradient this step
+            if host_side and not downloaded[k]:
+                download(k)
         del loss, x, out
     t0 = time.perf_counter()
     if host_side:
