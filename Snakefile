@@ -24,4 +24,5 @@ rule all:
         "results/tables/measured_vs_predicted.md",
         "results/tables/scaling.md",
         "results/tables/distributed_validation.md",
+        "results/tables/regression.md",
     default_target: True

@@ -191,6 +191,40 @@ def cmd_run(args) -> None:
           f"{result.median_time / result.predicted.time:.3f}")
 
 
+def cmd_reference(args) -> None:
+    from karma.regress import collect
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table = collect(args.results)
+    tmp = out.with_suffix(".tmp")
+    table.to_csv(tmp, index=False)
+    tmp.replace(out)
+    print(f"{len(table)} reference numbers ({(table.kind == 'simulated').sum()} simulated, "
+          f"{(table.kind == 'measured').sum()} measured) -> {out}")
+
+
+def cmd_compare(args) -> int:
+    import pandas as pd
+
+    from karma.regress import collect, compare
+    from karma.tables import to_markdown
+
+    if not Path(args.reference).exists():
+        raise KarmaError(f"reference file not found: {args.reference} (karma reference writes one)")
+    diff = compare(pd.read_csv(args.reference), collect(args.results))
+    bad = diff[diff.verdict.isin(["REGRESSION", "MISSING"])]
+    shown = diff if args.all else diff[diff.verdict != "ok"]
+    if len(shown):
+        print(to_markdown(shown[["metric", "kind", "value_reference", "value_now", "change", "tolerance", "verdict"]]))
+    absent = int((diff.verdict == "not measured this run").sum())
+    print(f"{int((diff.verdict == 'ok').sum())} of {len(diff)} numbers within tolerance (simulated 1%, measured 25%); "
+          f"{absent} not measured this run; {len(bad)} regressions or missing")
+    if args.out:
+        Path(args.out).write_text(to_markdown(diff) + "\n")
+    return 1 if len(bad) else 0
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Usage mistakes print one line (and `--help` points further), not the whole usage."""
 
@@ -245,17 +279,27 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=_positive_int, default=1, help="torch compute threads (default 1)")
     run.add_argument("--timeline", help="write the last step's timeline as CSV")
     run.set_defaults(func=cmd_run)
+    ref = sub.add_parser("reference", help="record the pipeline's tracked numbers as the reference")
+    ref.add_argument("--results", default="results")
+    ref.add_argument("--out", default="results/reference/metrics.csv")
+    ref.set_defaults(func=cmd_reference)
+    cmp = sub.add_parser("compare", help="compare the pipeline's numbers with the reference (exit 1 on regression)")
+    cmp.add_argument("--results", default="results")
+    cmp.add_argument("--reference", default="results/reference/metrics.csv")
+    cmp.add_argument("--all", action="store_true", help="show every number, not only the regressions")
+    cmp.add_argument("--out", help="also write the full diff table (Markdown)")
+    cmp.set_defaults(func=cmd_compare)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        args.func(args)
+        status = args.func(args)
     except KarmaError as err:
         print(f"karma: error: {err}", file=sys.stderr)
         return 2
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":

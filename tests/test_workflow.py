@@ -24,6 +24,7 @@ def copy_workflow(tmp_path) -> Path:
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
     shutil.copy(ROOT / "environment.yml", tmp_path / "environment.yml")
+    shutil.copytree(ROOT / "results" / "reference", tmp_path / "results" / "reference")
     return tmp_path
 
 
@@ -67,7 +68,7 @@ def test_dry_run_plans_every_profile(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for rule in ["profile_analytic", "profile_measured", "footprint_table", "compare_strategies", "speedup_table",
                  "gantt", "validate_runtime", "runtime_table", "scaling", "scaling_table", "validate_distributed",
-                 "distributed_table"]:
+                 "distributed_table", "regression"]:
         assert rule in proc.stdout
 
 
@@ -86,4 +87,4 @@ def test_bad_config_names_the_key(tmp_path, key, value, words):
     proc = run(cwd, "-n", "--cores", "1")
     assert proc.returncode != 0
     assert words in proc.stdout + proc.stderr
-    assert not (cwd / "results").exists()
+    assert sorted(p.name for p in (cwd / "results").iterdir()) == ["reference"]  # nothing written

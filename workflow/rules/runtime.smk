@@ -11,6 +11,7 @@ rule validate_runtime:
         fraction=config["runtime"]["capacity_fraction"],
         steps=config["runtime"]["steps"],
         strategies=config["runtime"]["strategies"],
+        link_mbs=config["runtime"].get("link_mbs"),
     threads: 2
     resources:
         measuring=1,

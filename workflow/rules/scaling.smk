@@ -66,3 +66,21 @@ rule distributed_table:
         "../../environment.yml"
     script:
         "../scripts/distributed_table.py"
+
+
+rule regression:
+    input:
+        "results/tables/speedups.csv",
+        "results/tables/scaling.csv",
+        "results/tables/measured_vs_predicted.csv",
+        "results/tables/distributed_validation.csv",
+        reference="results/reference/metrics.csv",
+    output:
+        "results/tables/regression.md",
+    log:
+        "logs/regression.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "karma compare --reference {input.reference} --out {output} > {log} 2>&1 || "
+        "(cat {log}; rm -f {output}; exit 1)"

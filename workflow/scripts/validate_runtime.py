@@ -18,7 +18,7 @@ with logged(sm):
     torch.set_num_threads(1)  # compute on one core, the link's workers on the other (FACTS.md)
     model, batch = sm.wildcards.model, sm.params.batch or None
     profile = measured_profile(build(model, "small", batch), reps=3)
-    link = default_link_bandwidth(profile)
+    link = sm.params.link_mbs * 1e6 if sm.params.link_mbs else default_link_bandwidth(profile)
     capacity = profile.in_core_peak_bytes() * sm.params.fraction
     print(f"{model} small batch {profile.batch}: link {link / 1e6:.1f} MB/s, capacity {capacity / 1e6:.1f} MB "
           f"({sm.params.fraction} of the in-core {profile.in_core_peak_bytes() / 1e6:.1f} MB)")
