@@ -103,9 +103,7 @@ class _Saved:
             for key in list(self.keys):
                 self.ledger.release(key, self)
 
-        future = link.submit("d2h", self.nbytes, copy, "swap out", self.k)
-        future.add_done_callback(lambda f: f.exception() is None and done(f.result()))
-        return future
+        return link.submit("d2h", self.nbytes, copy, "swap out", self.k, on_end=done)
 
     def prefetch(self, link: EmulatedLink, after: Future) -> None:
         owner = (self, "back")

@@ -30,6 +30,7 @@ class _Job:
     op: str
     block: int
     on_start: Callable[[], None] | None
+    on_end: Callable[[object], None] | None = None
 
 
 class EmulatedLink:
@@ -51,10 +52,12 @@ class EmulatedLink:
         return "link" if self.duplex == "half" else direction
 
     def submit(self, direction: str, nbytes: int, work: Callable[[], object], op: str, block: int,
-               on_start: Callable[[], None] | None = None) -> Future:
-        """Run `work` (the copy) on `direction`'s queue; the future resolves after the emulated transfer time."""
+               on_start: Callable[[], None] | None = None,
+               on_end: Callable[[object], None] | None = None) -> Future:
+        """Run `work` (the copy) on `direction`'s queue; the future resolves after the emulated
+        transfer time and after `on_end(result)` (so whoever waits on it sees its effects)."""
         future: Future = Future()
-        job = _Job(nbytes, work, future, op, block, on_start)
+        job = _Job(nbytes, work, future, op, block, on_start, on_end)
         self._queues[self._queue_name(direction)].put((direction, job))
         return future
 
@@ -80,6 +83,8 @@ class EmulatedLink:
                     self.events.append(Event(self._queue_name(direction), job.op, job.block, begin - self.start,
                                              end - self.start))
                     self.bytes[direction] += job.nbytes
+                if job.on_end:
+                    job.on_end(result)
                 job.future.set_result(result)
             except BaseException as err:  # the waiting compute thread re-raises it
                 job.future.set_exception(err)

@@ -102,9 +102,8 @@ class HostWeights:
             else:
                 self.deferred.append(k)
 
-        future = link.submit("d2h", nbytes, copy, "download gradients", k)
-        future.add_done_callback(update)
-        return future
+        # the update is queued before the future resolves, so finish() never misses it
+        return link.submit("d2h", nbytes, copy, "download gradients", k, on_end=update)
 
     def _start_reduce(self, k: int) -> Callable[[], None] | None:
         if self.reduce is None:
