@@ -77,7 +77,7 @@ def test_malformed_plan_is_one_line(tmp_path):
 
 
 def test_run_trains_here_and_prints_measured_beside_predicted(capsys):
-    assert main(["run", "wrn28-10", "--size", "tiny", "--batch", "4", "--capacity-fraction", "1.0",
+    assert main(["run", "wrn28-10", "--size", "tiny", "--batch", "4", "--capacity-fraction", "1.5",
                  "--steps", "1", "--link-mbs", "1000"]) == 0
     out = capsys.readouterr().out
     assert "measured on cpu-emulated (link 1000.0 MB/s)" in out and "simulator on the measured profile" in out

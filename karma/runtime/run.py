@@ -41,7 +41,10 @@ class RunResult:
 
 def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None = None, plan: Plan | None = None,
              capacity_fraction: float | None = 0.5, capacity_bytes: float | None = None, steps: int = 3,
-             link_bw: float | None = None, device: str = "cpu") -> RunResult:
+             link_bw: float | None = None, device: str = "cpu", headroom: float = 0.05) -> RunResult:
+    """Plan for the capacity less `headroom` (the memory model's few-percent error must not
+    turn a planned fit into an OOM), check the plan with the simulator, run it under the
+    full capacity."""
     if device == "cuda":
         if not torch.cuda.is_available():
             raise KarmaError("CUDA was asked for but no CUDA device is available")
@@ -55,9 +58,10 @@ def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None =
         if not capacity_fraction or capacity_fraction <= 0:
             raise KarmaError("give a positive capacity (fraction of the in-core footprint, or bytes)")
         capacity_bytes = profile.in_core_peak_bytes() * capacity_fraction
-    hw = emulated_hardware(profile, link_bw, capacity_bytes, measure_memory_bandwidth())
+    planned = capacity_bytes * (1 - headroom)
+    hw = emulated_hardware(profile, link_bw, planned, measure_memory_bandwidth())
     if plan is None:
-        plan = get(strategy or "karma")(profile, hw, capacity_bytes)
+        plan = get(strategy or "karma")(profile, hw, planned)
     elif plan.units != len(chain) or plan.model != model or plan.batch != chain.batch:
         raise KarmaError(f"the plan is for {plan.model} batch {plan.batch} with {plan.units} units; this model is "
                          f"{model} batch {chain.batch} with {len(chain)} units")
