@@ -59,3 +59,10 @@ def measured_rows(profiles: list[Profile]) -> pd.DataFrame:
 
 def to_markdown(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
     return df.to_markdown(index=False, floatfmt=floatfmt)
+
+
+def markdown_report(title: str, intro: list[str], table: pd.DataFrame) -> str:
+    """A titled Markdown page: intro lines, the table (without its source column), the source."""
+    source = table.source.iloc[0] if len(table) and "source" in table else ""
+    body = to_markdown(table.drop(columns=["source"], errors="ignore"))
+    return "\n".join([f"# {title}", "", *intro, "", body, "", f"Source: {source}"]) + "\n"

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake inje
 from _log import logged  # noqa: E402
 
 from karma.figures import measured_vs_predicted_figure  # noqa: E402
-from karma.tables import to_markdown  # noqa: E402
+from karma.tables import markdown_report  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
@@ -18,9 +18,7 @@ with logged(sm):
     ran = table[table.measured_s.notna()]
     worst = (ran.measured_over_predicted - 1).abs().max() if len(ran) else float("nan")
     peak_worst = (ran.peak_measured_over_predicted - 1).abs().max() if len(ran) else float("nan")
-    text = [
-        "# The performance model against the runtime (this machine, emulated device)",
-        "",
+    text = markdown_report("The performance model against the runtime (this machine, emulated device)", [
         "Each strategy is planned on a measured profile of the small preset (for the capacity less 5%",
         "headroom), simulated (predicted) and run for real by the runtime on the CPU with an emulated device",
         "and link (measured). The runtime's peak counts every tensor the step creates until it dies, plus",
@@ -28,11 +26,7 @@ with logged(sm):
         "",
         f"Worst |measured / predicted - 1| of the step time: {worst:.3f} (target 0.15); of the peak: "
         f"{peak_worst:.3f} (target 0.05).",
-        "",
-        to_markdown(table.drop(columns=["source"])),
-        "",
-        f"Source: {table.source.iloc[0] if len(table) else ''}",
-    ]
-    Path(sm.output.md).write_text("\n".join(text) + "\n")
+    ], table)
+    Path(sm.output.md).write_text(text)
     measured_vs_predicted_figure(table, Path(sm.output.figure))
-    print("\n".join(text))
+    print(text)
