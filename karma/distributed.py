@@ -63,13 +63,36 @@ def averaged(comm):
     return reduce
 
 
-def train(args, comm) -> dict:
-    from karma.errors import KarmaError
-    from karma.plan import Plan, from_policies
+def train_ranks(comm, chain, plan, global_chain, steps: int, link_bw: float, order: str,
+                warmup: int = 0) -> list[float]:
+    """Train `chain` on this rank's shard of `global_chain`'s batches, host updates with gradients
+    averaged over the ranks; returns the step times after `warmup` steps. The ranks start each
+    step together (a barrier) so that the times compare."""
     from karma.runtime.execute import train_step
     from karma.runtime.ledger import Ledger
     from karma.runtime.link import EmulatedLink
     from karma.runtime.streamed import HostWeights
+
+    times = []
+    with EmulatedLink(link_bw, link_bw) as link:
+        host = HostWeights(chain, plan, reduce=averaged(comm), pipelined=order == "pipelined", link=link)
+        try:
+            for step in range(warmup + steps):
+                batch = shard(global_chain.make_batch(seed=step), comm.rank, comm.size)
+                torch.manual_seed(1000 + step)
+                comm.Barrier()
+                report = train_step(chain, plan, host, batch, Ledger(float("inf")), link, track=False)
+                if step >= warmup:
+                    times.append(report.time)
+        finally:
+            host.sync()
+            host.close()
+    return times
+
+
+def train(args, comm) -> dict:
+    from karma.errors import KarmaError
+    from karma.plan import Plan, from_policies
     from models.registry import build
 
     global_chain = build(args.model, args.size, args.global_batch, seed=args.seed, overrides=args.overrides)
@@ -89,18 +112,7 @@ def train(args, comm) -> dict:
     if len(set(signatures)) > 1:
         bad = [r for r, s in enumerate(signatures) if s != signatures[0]]
         raise KarmaError(f"ranks disagree on the model or the plan (ranks {bad} differ from rank 0)")
-    times = []
-    with EmulatedLink(args.link_mbs * 1e6, args.link_mbs * 1e6) as link:
-        host = HostWeights(chain, plan, reduce=averaged(comm), pipelined=args.order == "pipelined", link=link)
-        try:
-            for step in range(args.steps):
-                batch = shard(global_chain.make_batch(seed=step), comm.rank, comm.size)
-                torch.manual_seed(1000 + step)
-                report = train_step(chain, plan, host, batch, Ledger(float("inf")), link, track=False)
-                times.append(report.time)
-        finally:
-            host.sync()
-            host.close()
+    times = train_ranks(comm, chain, plan, global_chain, args.steps, args.link_mbs * 1e6, args.order)
     return {"state": {k: v.clone() for k, v in chain.units.state_dict().items()}, "times": times}
 
 

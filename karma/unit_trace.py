@@ -16,6 +16,7 @@ the caller times the passes.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,14 +53,50 @@ class OpCost:
     bytes: float
 
 
-@dataclass
-class OpRecorder(TorchDispatchMode):
-    """Per-operator costs, and the live bytes of the storages the operators create.
+class StorageLifetimes:
+    """Which storages created by operators are still alive, and how many bytes.
 
     A storage counts from the op that creates it until its last tensor dies
     (weakref finalizers; autograd keeps the Python objects of the tensors it
     holds alive, so this follows PyTorch's own lifetimes, on meta as on CPU).
+    `allocated(key, nbytes)` is called when a storage appears (it may raise to
+    refuse it) and `freed(key, nbytes)` when its last tensor dies. Thread safe:
+    finalizers run on whichever thread drops the last reference.
     """
+
+    def __init__(self, allocated: Callable[[int, int], None], freed: Callable[[int, int], None]):
+        self.allocated, self.freed = allocated, freed
+        self._refs: dict[int, list[int]] = {}
+        self._lock = threading.Lock()
+
+    def track(self, t: torch.Tensor, new_storage: bool) -> None:
+        key = storage_key(t)
+        with self._lock:
+            entry = self._refs.get(key)
+            if entry is None:
+                if not new_storage:
+                    return
+                nbytes = storage_bytes(t)
+                self.allocated(key, nbytes)
+                entry = self._refs[key] = [nbytes, 0]
+            entry[1] += 1
+        weakref.finalize(t, self._drop, key)
+
+    def _drop(self, key: int) -> None:
+        with self._lock:
+            entry = self._refs.get(key)
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1]:
+                return
+            del self._refs[key]
+        self.freed(key, entry[0])
+
+
+@dataclass
+class OpRecorder(TorchDispatchMode):
+    """Per-operator costs, and the peak live bytes of the storages the operators create."""
 
     ops: list[OpCost] = field(default_factory=list)
     live: int = 0
@@ -67,28 +104,14 @@ class OpRecorder(TorchDispatchMode):
 
     def __post_init__(self):
         super().__init__()
-        self._refs: dict[int, list[int]] = {}
+        self._lifetimes = StorageLifetimes(self._allocated, self._freed)
 
-    def _track(self, t: torch.Tensor, new_storage: bool) -> None:
-        key = storage_key(t)
-        entry = self._refs.get(key)
-        if entry is None:
-            if not new_storage:
-                return
-            entry = self._refs[key] = [storage_bytes(t), 0]
-            self.live += entry[0]
-            self.peak = max(self.peak, self.live)
-        entry[1] += 1
-        weakref.finalize(t, self._drop, key)
+    def _allocated(self, _key: int, nbytes: int) -> None:
+        self.live += nbytes
+        self.peak = max(self.peak, self.live)
 
-    def _drop(self, key: int) -> None:
-        entry = self._refs.get(key)
-        if entry is None:
-            return
-        entry[1] -= 1
-        if entry[1] == 0:
-            self.live -= entry[0]
-            del self._refs[key]
+    def _freed(self, _key: int, nbytes: int) -> None:
+        self.live -= nbytes
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -103,7 +126,7 @@ class OpRecorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         for t in outs:
-            self._track(t, new_storage=not func.is_view)
+            self._lifetimes.track(t, new_storage=not func.is_view)
         if func.is_view:
             return out
         flops = flop_registry[packet](*args, **kwargs, out_val=out) if packet in flop_registry else 0

@@ -39,14 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
     from mpi4py import MPI
 
-    from karma.distributed import averaged, shard
+    from karma.distributed import train_ranks
     from karma.plan import from_policies
     from karma.profile_measured import measured_profile
     from karma.runtime.emulation import emulated_hardware, measure_memory_bandwidth
-    from karma.runtime.execute import train_step
-    from karma.runtime.ledger import Ledger
-    from karma.runtime.link import EmulatedLink
-    from karma.runtime.streamed import HostWeights
     from karma.simulate import simulate
     from models.registry import build
 
@@ -74,16 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     measured = {}
     for order in ("pipelined", "naive"):
         chain = build(args.model, args.size, args.batch, seed=0)
-        host = HostWeights(chain, plan, reduce=averaged(comm), pipelined=order == "pipelined")
-        times = []
-        with EmulatedLink(link, link) as emulated:
-            for step in range(args.steps + 1):
-                batch = shard(global_chain.make_batch(seed=step), comm.rank, n)
-                comm.Barrier()
-                report = train_step(chain, plan, host, batch, Ledger(float("inf")), emulated, track=False)
-                if step:
-                    times.append(report.time)
-        host.close()
+        times = train_ranks(comm, chain, plan, global_chain, args.steps, link, order, warmup=1)
         measured[order] = statistics.median(comm.allgather(statistics.median(times)))
     if comm.rank == 0:
         rows = []

@@ -101,6 +101,7 @@ def test_swap_moves_the_saved_bytes_both_ways():
     _, _, reports = train_both("wrn28-10", plan, steps=1)
     r = reports[0]
     assert r.bytes_d2h == r.bytes_h2d > 0
+    assert r.device == "cpu-emulated (link 2000.0 MB/s)"
     ops = {(e.resource, e.op) for e in r.timeline}
     assert {("d2h", "swap out"), ("h2d", "prefetch"), ("compute", "forward"), ("compute", "backward")} <= ops
 

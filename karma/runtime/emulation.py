@@ -17,7 +17,7 @@ import torch
 
 from karma.hardware import Hardware, load
 from karma.profile import Profile
-from karma.runtime.execute import make_optimizer, train_step
+from karma.runtime.execute import StepReport, make_optimizer, train_step
 from karma.runtime.ledger import DeviceOOM, Ledger
 from karma.runtime.link import EmulatedLink
 from karma.runtime.streamed import HostWeights
@@ -54,6 +54,22 @@ def emulated_hardware(profile: Profile, link_bw: float, capacity: float, memory_
                    kernel_launch=0.0, description="this CPU as an emulated device")
 
 
+def run_steps(chain, plan, capacity: float, link_bw: float, steps: int) -> list[StepReport]:
+    """`steps` measured steps of `chain` under `plan` (after one warm-up step) on the emulated device."""
+    optimizer = HostWeights(chain, plan) if plan.weights == "streamed" else make_optimizer(chain)
+    reports = []
+    try:
+        with EmulatedLink(link_bw, link_bw) as link:
+            for s in range(steps + 1):
+                report = train_step(chain, plan, optimizer, chain.make_batch(seed=s), Ledger(capacity), link)
+                if s:
+                    reports.append(report)
+    finally:
+        if isinstance(optimizer, HostWeights):
+            optimizer.close()
+    return reports
+
+
 def validate(chain_factory, profile: Profile, strategies: list[str], capacity: float, link_bw: float,
              steps: int = 3, memory_bw: float | None = None, headroom: float = 0.05) -> pd.DataFrame:
     """Plan every strategy on the measured profile, simulate it and run it; one row per strategy.
@@ -75,22 +91,12 @@ def validate(chain_factory, profile: Profile, strategies: list[str], capacity: f
                "status": "ok" if sim.feasible else "OOM (simulated)",
                "source": f"measured on {hw.name}; predicted by the simulator on the measured profile"}
         if sim.feasible:
-            chain = chain_factory()
-            optimizer = HostWeights(chain, plan) if plan.weights == "streamed" else make_optimizer(chain)
-            times, peaks = [], []
             try:
-                with EmulatedLink(link_bw, link_bw) as link:
-                    for s in range(steps + 1):
-                        report = train_step(chain, plan, optimizer, chain.make_batch(seed=s), Ledger(capacity), link)
-                        if s:
-                            times.append(report.time)
-                            peaks.append(report.peak_bytes)
-                row.update(measured_s=statistics.median(times), measured_peak_MB=max(peaks) / 1e6)
+                reports = run_steps(chain_factory(), plan, capacity, link_bw, steps)
+                row.update(measured_s=statistics.median(r.time for r in reports),
+                           measured_peak_MB=max(r.peak_bytes for r in reports) / 1e6)
             except DeviceOOM as err:
                 row["status"] = f"OOM (measured): {err}"
-            finally:
-                if isinstance(optimizer, HostWeights):
-                    optimizer.close()
         rows.append(row)
     df = pd.DataFrame(rows)
     df["measured_over_predicted"] = df.measured_s / df.predicted_s

@@ -24,8 +24,10 @@ from torch.utils.checkpoint import checkpoint
 
 from karma.errors import KarmaError
 from karma.plan import Plan
+from karma.profile import OPTIMIZER_STATE_FACTOR
 from karma.runtime.ledger import Ledger, LiveTracker
 from karma.runtime.link import EmulatedLink
+from karma.runtime.optim import new_optimizer
 from karma.runtime.streamed import HostWeights
 from karma.simulate import Event
 from karma.unit_trace import storage_bytes, storage_key
@@ -42,15 +44,12 @@ class StepReport:
     bytes_h2d: int
     bytes_d2h: int
     timeline: list[Event] = field(repr=False)
-    device: str = ""
+    device: str = ""  # where it was measured, e.g. "cpu-emulated (link 100.0 MB/s)"
 
 
 def make_optimizer(chain: ChainModel, lr: float = 0.01) -> torch.optim.Optimizer:
-    """The paper setting's optimizer, single-tensor implementation (identical rounding everywhere)."""
-    params = list(chain.units.parameters())
-    if chain.optimizer == "adam":
-        return torch.optim.Adam(params, lr=lr, foreach=False)
-    return torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=False)
+    """The chain's optimizer over all its weights (karma/runtime/optim.py)."""
+    return new_optimizer(chain.optimizer, list(chain.units.parameters()), lr)
 
 
 def check_plan(chain: ChainModel, plan: Plan) -> None:
@@ -184,8 +183,8 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
     nb = len(blocks)
     inputs, targets = batch
 
-    def record(op: str, k: int, t0: float, t1: float | None = None) -> None:
-        compute.append(Event("compute", op, k, t0 - start, (t1 or time.perf_counter()) - start))
+    def record(op: str, k: int, t0: float) -> None:
+        compute.append(Event("compute", op, k, t0 - start, time.perf_counter() - start))
 
     uploads: list[Future | None] = [None] * nb
     if streamed:
@@ -196,7 +195,7 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
             ledger.hold(storage_key(p), storage_bytes(p), "weights", "weights")
         if not host_side:
             state_bytes = sum(p.numel() * p.element_size() for p in chain.units.parameters()) * \
-                {"sgd": 1, "adam": 2}[chain.optimizer]
+                OPTIMIZER_STATE_FACTOR[chain.optimizer]
             ledger.hold("optimizer state", state_bytes, "weights", "optimizer state")
 
     stores = [_Saved(k, b.policy == "swap" or (b.policy == "recompute" and b.checkpoint == "host"), ledger, params)
@@ -329,4 +328,4 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
     end = time.perf_counter() - start
     timeline = sorted(compute + link.events, key=lambda e: e.start)
     return StepReport(loss=value, time=end, peak_bytes=ledger.peak, bytes_h2d=link.bytes["h2d"],
-                      bytes_d2h=link.bytes["d2h"], timeline=timeline)
+                      bytes_d2h=link.bytes["d2h"], timeline=timeline, device=link.label)

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from karma.errors import KarmaError
-from karma.unit_trace import storage_bytes, storage_key
+from karma.unit_trace import StorageLifetimes
 
 
 class DeviceOOM(KarmaError):
@@ -80,37 +79,13 @@ class LiveTracker(TorchDispatchMode):
 
     def __init__(self, ledger: Ledger):
         super().__init__()
-        self.ledger = ledger
         self.where = "compute"
-        self._refs: dict[int, int] = {}
-        self._lock = threading.Lock()
-
-    def _track(self, t: torch.Tensor, new_storage: bool) -> None:
-        key = storage_key(t)
-        with self._lock:
-            count = self._refs.get(key)
-            if count is None and not new_storage:
-                return
-            if count is None:
-                self.ledger.hold(key, storage_bytes(t), self, self.where)
-                count = 0
-            self._refs[key] = count + 1
-        weakref.finalize(t, self._drop, key)
-
-    def _drop(self, key: int) -> None:
-        with self._lock:
-            count = self._refs.get(key)
-            if count is None:
-                return
-            if count > 1:
-                self._refs[key] = count - 1
-                return
-            del self._refs[key]
-        self.ledger.release(key, self)
+        self._lifetimes = StorageLifetimes(lambda key, nbytes: ledger.hold(key, nbytes, self, self.where),
+                                           lambda key, _nbytes: ledger.release(key, self))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor) and t.device.type != "meta":
-                self._track(t, new_storage=not func.is_view)
+                self._lifetimes.track(t, new_storage=not func.is_view)
         return out

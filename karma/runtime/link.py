@@ -48,6 +48,12 @@ class EmulatedLink:
         for t in self._threads:
             t.start()
 
+    @property
+    def label(self) -> str:
+        """Where numbers measured through this link come from."""
+        bw = self.bw["h2d"] / 1e6
+        return f"cpu-emulated (link {bw:.1f} MB/s{', half duplex' if self.duplex == 'half' else ''})"
+
     def _queue_name(self, direction: str) -> str:
         return "link" if self.duplex == "half" else direction
 

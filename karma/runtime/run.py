@@ -17,11 +17,8 @@ import torch
 from karma.errors import KarmaError
 from karma.plan import Plan
 from karma.profile_measured import measured_profile
-from karma.runtime.emulation import default_link_bandwidth, emulated_hardware, measure_memory_bandwidth
-from karma.runtime.execute import StepReport, make_optimizer, train_step
-from karma.runtime.ledger import Ledger
-from karma.runtime.link import EmulatedLink
-from karma.runtime.streamed import HostWeights
+from karma.runtime.emulation import default_link_bandwidth, emulated_hardware, measure_memory_bandwidth, run_steps
+from karma.runtime.execute import StepReport
 from karma.simulate import SimResult, simulate
 from karma.strategy import get
 from models.registry import build
@@ -68,15 +65,5 @@ def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None =
     predicted = simulate(profile, plan, hw, capacity_bytes)
     if not predicted.feasible:
         raise KarmaError(f"the simulator rejects this plan at {capacity_bytes / 1e6:.1f} MB: {predicted.reason}")
-    optimizer = HostWeights(chain, plan) if plan.weights == "streamed" else make_optimizer(chain)
-    reports = []
-    try:
-        with EmulatedLink(link_bw, link_bw) as link:
-            for s in range(steps + 1):
-                report = train_step(chain, plan, optimizer, chain.make_batch(seed=s), Ledger(capacity_bytes), link)
-                if s:  # the first step warms up
-                    reports.append(report)
-    finally:
-        if isinstance(optimizer, HostWeights):
-            optimizer.close()
+    reports = run_steps(chain, plan, capacity_bytes, link_bw, steps)
     return RunResult(plan, predicted, reports, f"measured on {hw.name}")

@@ -20,15 +20,8 @@ import torch
 from karma.plan import Plan
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
+from karma.runtime.optim import new_optimizer
 from models.chain import ChainModel
-
-
-def _optimizer(chain: ChainModel, params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer | None:
-    if not params:
-        return None
-    if chain.optimizer == "adam":
-        return torch.optim.Adam(params, lr=lr, foreach=False)
-    return torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=False)
 
 
 class HostWeights:
@@ -51,7 +44,8 @@ class HostWeights:
                 owner.setdefault(id(p), k)
         self.owned = [[p for p in params if owner[id(p)] == k] for k, params in enumerate(self.uses)]
         self.master = {id(p): p.detach().clone() for params in self.uses for p in params}
-        self.optimizers = [_optimizer(chain, [self.master[id(p)] for p in owned], lr) for owned in self.owned]
+        self.optimizers = [new_optimizer(chain.optimizer, [self.master[id(p)] for p in owned], lr) if owned else None
+                           for owned in self.owned]
         self.host = ThreadPoolExecutor(max_workers=1, thread_name_prefix="host-optimizer")
         self.steps: list[Future] = []
         self.reduce = reduce
