@@ -138,7 +138,7 @@ class _Schedule:
 
 def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None = None,
              record: bool = True, gpus: int = 1, order: str = "pipelined",
-             host_updates: bool | None = None) -> SimResult:
+             host_updates: bool | None = None, optimizer_shards: int = 1) -> SimResult:
     """Simulate one iteration; `capacity` defaults to the Hardware's device memory.
 
     With `gpus` > 1 it is one rank of data parallel training (KARMA Sec. V): each
@@ -150,6 +150,9 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
     weights) keeps resident weights on the device but the optimizer on the host: each
     block's gradients go down after its backward, are all-reduced and applied there,
     and the updated weights go back up in the gap before the next iteration.
+    `optimizer_shards` > 1 is ZeRO stage 1 (Rajbhandari et al. SC'20): a device optimizer
+    step updates only this rank's 1/shards of the weights (the profile's optimizer bytes
+    are expected to be sharded already; see karma/model_parallel.py).
     """
     units = profile.units
     if plan.units != len(units):
@@ -310,7 +313,7 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
     if host_side:
         end = max(bwd_ready, grads_down_end, host_t, net_end)
     else:
-        traffic = optimizer_traffic_bytes(sum(params), profile.optimizer)
+        traffic = optimizer_traffic_bytes(sum(params), profile.optimizer) / optimizer_shards
         end = s.op("compute", "optimizer step", 0, max(bwd_ready, net_end), traffic / hw.memory_bw,
                    free=sum(params))[1]
     peak, over_block, _ = s.peak(static, capacity)

@@ -1,0 +1,90 @@
+"""Large NLP models: KARMA's out-of-core data parallel vs Megatron hybrid model parallel (KARMA Sec. VI-D).
+
+The paper's claim: data parallel out-of-core training (weights streamed from the host,
+updates on the host, gradients all-reduced per block) is faster than hybrid model
+parallelism for Megatron-LM 2.5B/8.3B and Turing-NLG 17B. Both sides are simulated at
+the *same global batch* on the same nodes:
+
+* KARMA: every GPU trains the model's paper batch with KARMA's single-GPU plan, the
+  per-block all-reduce pipelined with the backward (karma/simulate.py, ``gpus``);
+* Megatron hybrid (TP x DP) and Megatron + ZeRO-1: the fastest feasible layout of
+  karma/model_parallel.py (tensor-parallel degree, micro-batch with gradient
+  accumulation, activation checkpointing), so the baseline gets its best configuration.
+
+Throughput is sequences/s; TFLOP/s per GPU counts the model's forward and backward
+FLOPs only (recomputation is overhead, not useful work), as Megatron-LM reports it.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from karma.hardware import Hardware
+from karma.model_parallel import best_layout
+from karma.plan import Plan
+from karma.profile import OPTIMIZER_STATE_FACTOR, Profile
+from karma.simulate import simulate
+
+KARMA = "karma data parallel (out-of-core)"
+MEGATRON = "megatron hybrid (TP x DP)"
+ZERO = "megatron + ZeRO-1"
+STRATEGIES = (KARMA, MEGATRON, ZERO)
+
+
+def flops_per_sequence(profile: Profile) -> float:
+    return sum(u.forward_flops + u.backward_flops for u in profile.units) / profile.batch
+
+
+def host_bytes_per_node(profile: Profile) -> float:
+    """KARMA's host memory: fp32 master weights, gradients and optimizer state, one copy per node
+    (the node's GPUs hold the same weights after each all-reduce)."""
+    return profile.param_bytes() * (2 + OPTIMIZER_STATE_FACTOR[profile.optimizer])
+
+
+def compare(profile: Profile, karma: Plan, hw: Hardware, nodes: list[int], progress=None) -> pd.DataFrame:
+    """One row per (node count, strategy); infeasible rows keep their reason in `status`."""
+    per_seq = flops_per_sequence(profile)
+    source = f"simulated on {hw.name} (analytic profile; figures: karma/presets/{hw.name}.yaml)"
+    rows = []
+    for n in nodes:
+        gpus = n * hw.gpus_per_node
+        global_batch = gpus * profile.batch
+        base = {"model": profile.model, "hardware": hw.name, "nodes": n, "gpus": gpus, "global_batch": global_batch}
+        sim = simulate(profile, karma, hw, gpus=gpus, order="pipelined", record=False)
+        cases = [(KARMA, sim.time, sim.peak_bytes, f"{karma.policies()} weights {karma.weights}", sim.reason)]
+        for label, zero in ((MEGATRON, False), (ZERO, True)):
+            best, why = best_layout(profile.model, hw, gpus, global_batch, zero)
+            cases.append((label, best.time if best else None, best.peak_bytes if best else None,
+                          best.layout.label() if best else "", why or None))
+        for label, time, peak, layout, reason in cases:
+            rows.append({**base, "strategy": label, "layout": layout, "time_s": time,
+                         "sequences_per_s": global_batch / time if time else None,
+                         "tflops_per_gpu": per_seq * global_batch / time / gpus / 1e12 if time else None,
+                         "peak_gb": peak / 1e9 if peak else None,
+                         "host_gb_per_node": host_bytes_per_node(profile) / 1e9 if label == KARMA else None,
+                         "status": reason or "ok", "source": source})
+        if progress:
+            progress(n)
+    return pd.DataFrame(rows)
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, hardware): the smallest node count each strategy needs, and KARMA's throughput over
+    the best Megatron layout at every node count where both run (geomean, min, max)."""
+    from karma.speedups import geomean
+
+    rows = []
+    for (model, hw), g in table.groupby(["model", "hardware"], sort=False):
+        wide = g.pivot(index="nodes", columns="strategy", values="sequences_per_s")
+        mp = wide[[MEGATRON, ZERO]].max(axis=1)
+        ratio = (wide[KARMA] / mp).dropna()
+        smallest = {s: (wide.index[wide[s].notna()].min() if wide[s].notna().any() else None) for s in STRATEGIES}
+        rows.append({"model": model, "hardware": hw,
+                     "karma_min_nodes": smallest[KARMA], "megatron_min_nodes": smallest[MEGATRON],
+                     "zero_min_nodes": smallest[ZERO],
+                     "karma_over_best_mp_geomean": geomean(ratio) if len(ratio) else None,
+                     "karma_over_best_mp_min": ratio.min() if len(ratio) else None,
+                     "karma_over_best_mp_max": ratio.max() if len(ratio) else None,
+                     "node_counts_compared": len(ratio),
+                     "source": g.source.iloc[0]})
+    return pd.DataFrame(rows)

@@ -1,0 +1,92 @@
+"""Check the Megatron cost model (karma/model_parallel.py) against real tensor-parallel runs here.
+
+``mpiexec -n N python -m karma.validate_tp MODEL --out table.csv``: the N ranks train the
+same global batch as pure data parallel (tp=1 x dp=N) and as pure tensor parallel (tp=N
+x dp=1), in core, with the real runner (karma/hybrid_parallel.py). For the prediction
+every rank measures the profile of its own shard (all ranks at once, so under the same
+contention as training), the ranks time an MPI all-reduce (alpha from a tiny message,
+beta from a large one, as karma/validate_dp.py), and rank 0 simulates both layouts with
+karma/model_parallel.simulate_shard, the data-parallel all-reduce after the backward as
+the runner does it. The table has measured and predicted step times and the
+tensor-parallel / data-parallel ratio of each (measured on cpu, N MPI ranks; predicted
+by the simulator on the measured profiles).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pandas as pd
+    from mpi4py import MPI
+
+    from karma.hybrid_parallel import train_layout
+    from karma.model_parallel import Layout, simulate_shard
+    from karma.network import ring
+    from karma.profile_measured import measured_profile
+    from karma.runtime.emulation import emulated_hardware, measure_memory_bandwidth
+    from karma.tensor_parallel import shard_chain
+    from karma.validate_dp import time_allreduce
+    from models.registry import build, spec
+
+    p = argparse.ArgumentParser(prog="python -m karma.validate_tp")
+    p.add_argument("model")
+    p.add_argument("--size", default="small")
+    p.add_argument("--global-batch", type=int, default=8)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    comm = MPI.COMM_WORLD
+    n = comm.size
+    hidden = spec(args.model).sizes[args.size]["hidden"]
+    alpha = time_allreduce(comm, 4) / (2 * max(n - 1, 1))
+    big = 32 << 20
+    beta = 2 * (n - 1) / n * big / max(time_allreduce(comm, big) - 2 * (n - 1) * alpha, 1e-9)
+    memory_bw = measure_memory_bandwidth()
+    global_chain = build(args.model, args.size, args.global_batch, seed=0)
+    rows = []
+    for tp in (1, n):
+        dp = n // tp
+        replica = args.global_batch // dp
+        profile = measured_profile(shard_chain(build(args.model, args.size, replica, seed=0), comm.rank % tp, tp),
+                                   reps=3)
+        _, _, times = train_layout(comm, tp, build(args.model, args.size, replica, seed=0), global_chain,
+                                   args.steps, warmup=1)
+        measured = statistics.median(comm.allgather(statistics.median(times)))
+        if comm.rank:
+            continue
+        hw = replace(emulated_hardware(profile, float("inf"), float("inf"), memory_bw),
+                     name=f"this machine, {n} MPI ranks", gpus_per_node=n, intra_node_bw=beta,
+                     intra_node_latency=alpha)
+        layout = Layout(tp, dp, replica, vocab_parallel=False)
+        result = simulate_shard(profile, layout, lambda nbytes, tp=tp: ring(nbytes, tp, beta, alpha), hw, hidden,
+                                order="naive")
+        rows.append({"model": args.model, "ranks": n, "layout": layout.label(), "tp": tp, "dp": dp,
+                     "measured_s": measured, "predicted_s": result.time,
+                     "measured_over_predicted": measured / result.time, "tp_allreduce_s": result.tp_comm_s,
+                     "allreduce_alpha_us": alpha * 1e6, "allreduce_beta_MBs": beta / 1e6,
+                     "source": f"measured on cpu ({n} MPI ranks, in core); predicted by karma/model_parallel.py "
+                               f"on the measured shard profiles"})
+    if comm.rank == 0:
+        df = pd.DataFrame(rows)
+        df["tp_over_dp_measured"] = df.measured_s.iloc[1] / df.measured_s.iloc[0]
+        df["tp_over_dp_predicted"] = df.predicted_s.iloc[1] / df.predicted_s.iloc[0]
+        out = Path(args.out)
+        tmp = out.with_suffix(".tmp")
+        df.to_csv(tmp, index=False)
+        tmp.replace(out)
+        print(df.drop(columns=["source"]).to_string())
+    comm.Barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
