@@ -11,6 +11,7 @@ include: "workflow/rules/tables.smk"
 include: "workflow/rules/plan.smk"
 include: "workflow/rules/runtime.smk"
 include: "workflow/rules/scaling.smk"
+include: "workflow/rules/large_nlp.smk"
 
 
 rule all:
@@ -24,5 +25,6 @@ rule all:
         "results/tables/measured_vs_predicted.md",
         "results/tables/scaling.md",
         "results/tables/distributed_validation.md",
+        "results/tables/large_nlp.md",
         "results/tables/regression.md",
     default_target: True

@@ -198,3 +198,42 @@ def scaling_figure(table: pd.DataFrame, hardware: str, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     grid.figure.savefig(out, dpi=150, bbox_inches="tight")
     plt.close(grid.figure)
+
+
+def large_nlp_figure(table: pd.DataFrame, hardware: str, out: Path) -> None:
+    """Throughput against nodes, one panel per model, a line per strategy (missing: does not fit)."""
+    plt = _pyplot()
+    import seaborn as sns
+
+    data = table[table.sequences_per_s.notna()]
+    grid = sns.relplot(data=data, x="nodes", y="sequences_per_s", hue="strategy", style="strategy", col="model",
+                       kind="line", marker="o", height=2.6, aspect=1.1, facet_kws={"sharey": False})
+    grid.set(xscale="log", yscale="log")
+    grid.set_axis_labels(f"nodes ({table.gpus.iloc[0] // table.nodes.iloc[0]} GPUs each)", "sequences / s")
+    grid.figure.suptitle(f"Large NLP models, same global batch: out-of-core data parallel vs Megatron model "
+                         f"parallel (simulated on {hardware}; no point = no layout fits)", fontsize=9, y=1.03)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    grid.figure.savefig(out, dpi=150, bbox_inches="tight")
+    plt.close(grid.figure)
+
+
+def whatif_figure(ratios: pd.DataFrame, out: Path) -> None:
+    """KARMA's throughput over the best Megatron layout against GPUs, a line per machine."""
+    plt = _pyplot()
+    import seaborn as sns
+
+    grid = sns.relplot(data=ratios, x="gpus", y="karma_over_best_mp", hue="hardware", style="hardware",
+                       col="model", kind="line", marker="o", height=2.6, aspect=1.1)
+    grid.set(xscale="log", yscale="log")
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+    for ax in grid.axes.flat:
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%.2g"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    grid.set_axis_labels("GPUs", "KARMA / best Megatron (throughput)")
+    grid.figure.suptitle("What-if: where out-of-core data parallel beats model parallel (>1), simulated; "
+                         "missing points: Megatron does not fit", fontsize=9, y=1.03)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    grid.figure.savefig(out, dpi=150, bbox_inches="tight")
+    plt.close(grid.figure)

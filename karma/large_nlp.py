@@ -17,6 +17,8 @@ FLOPs only (recomputation is overhead, not useful work), as Megatron-LM reports 
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pandas as pd
 
 from karma.hardware import Hardware
@@ -41,6 +43,13 @@ def host_bytes_per_node(profile: Profile) -> float:
     return profile.param_bytes() * (2 + OPTIMIZER_STATE_FACTOR[profile.optimizer])
 
 
+def plan_summary(plan: Plan) -> str:
+    """E.g. '56 blocks (54 recompute, 2 keep), weights streamed'."""
+    counts = Counter(b.policy for b in plan.blocks)
+    kinds = ", ".join(f"{n} {policy}" for policy, n in counts.most_common())
+    return f"{len(plan.blocks)} blocks ({kinds}), weights {plan.weights}"
+
+
 def compare(profile: Profile, karma: Plan, hw: Hardware, nodes: list[int], progress=None) -> pd.DataFrame:
     """One row per (node count, strategy); infeasible rows keep their reason in `status`."""
     per_seq = flops_per_sequence(profile)
@@ -51,7 +60,7 @@ def compare(profile: Profile, karma: Plan, hw: Hardware, nodes: list[int], progr
         global_batch = gpus * profile.batch
         base = {"model": profile.model, "hardware": hw.name, "nodes": n, "gpus": gpus, "global_batch": global_batch}
         sim = simulate(profile, karma, hw, gpus=gpus, order="pipelined", record=False)
-        cases = [(KARMA, sim.time, sim.peak_bytes, f"{karma.policies()} weights {karma.weights}", sim.reason)]
+        cases = [(KARMA, sim.time, sim.peak_bytes, plan_summary(karma), sim.reason)]
         for label, zero in ((MEGATRON, False), (ZERO, True)):
             best, why = best_layout(profile.model, hw, gpus, global_batch, zero)
             cases.append((label, best.time if best else None, best.peak_bytes if best else None,
@@ -88,3 +97,14 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
                      "node_counts_compared": len(ratio),
                      "source": g.source.iloc[0]})
     return pd.DataFrame(rows)
+
+
+def ratios(table: pd.DataFrame) -> pd.DataFrame:
+    """KARMA's sequences/s over the best feasible Megatron layout's, per (model, hardware, node count)."""
+    wide = table.pivot_table(index=["model", "hardware", "nodes", "gpus"], columns="strategy",
+                             values="sequences_per_s").reset_index()
+    for s in STRATEGIES:
+        if s not in wide:
+            wide[s] = float("nan")
+    wide["karma_over_best_mp"] = wide[KARMA] / wide[[MEGATRON, ZERO]].max(axis=1)
+    return wide[wide.karma_over_best_mp.notna()]

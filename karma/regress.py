@@ -51,6 +51,12 @@ def collect(results: str | Path) -> pd.DataFrame:
     for r in dp[dp.order == "pipelined"].itertuples():
         rows.append((f"distributed/{r.model}/naive_over_pipelined_measured", r.naive_over_pipelined_measured,
                      "measured"))
+    nlp = _read(results / "tables" / "large_nlp_summary.csv")
+    for r in nlp.itertuples():
+        rows.append((f"large_nlp/{r.model}/karma_over_best_mp_geomean", r.karma_over_best_mp_geomean, "simulated"))
+    tp = _read(results / "tables" / "tp_validation.csv")
+    for r in tp[tp.tp > 1].itertuples():
+        rows.append((f"tp_validation/{r.model}/tp_over_dp_measured", r.tp_over_dp_measured, "measured"))
     return pd.DataFrame(rows, columns=["metric", "value", "kind"])
 
 

@@ -42,8 +42,9 @@ def test_a_baseline_file_plus_its_name_in_the_config_reaches_the_table(tmp_path)
         "    labels = ['swap'] * (n // 2) + ['keep'] * (n - n // 2)\n"
         "    return from_policies(profile.model, profile.batch, labels, strategy='keep-half')\n")
     config = yaml.safe_load((cwd / "config/config.yaml").read_text())
-    config.update(paper_models=["resnet1001"], speedup_models=["resnet1001"], gantt_model="resnet1001",
-                  strategies=["vdnn", "keep-half", "karma"])
+    config.update(paper_models=["resnet1001", "megatron-2.5b"], speedup_models=["resnet1001"],
+                  gantt_model="resnet1001", strategies=["vdnn", "keep-half", "karma"])
+    config["large_nlp"]["models"] = ["megatron-2.5b"]
     (cwd / "config/config.yaml").write_text(yaml.safe_dump(config))
     env = {**__import__("os").environ, "PYTHONPATH": f"{cwd}:{ROOT}"}
     proc = subprocess.run([*SNAKEMAKE, "--cores", "2", "results/tables/speedups.csv"], cwd=cwd, env=env,
@@ -68,7 +69,8 @@ def test_dry_run_plans_every_profile(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for rule in ["profile_analytic", "profile_measured", "footprint_table", "compare_strategies", "speedup_table",
                  "gantt", "validate_runtime", "runtime_table", "scaling", "scaling_table", "validate_distributed",
-                 "distributed_table", "regression"]:
+                 "distributed_table", "large_nlp", "large_nlp_whatif", "validate_tensor_parallel",
+                 "large_nlp_table", "regression"]:
         assert rule in proc.stdout
 
 
@@ -78,6 +80,12 @@ def test_dry_run_plans_every_profile(tmp_path):
     ("colour", "red", "colour"),
     ("strategies", ["karma", "vdnn2"], "valid: "),
     ("gantt_model", "resnet51", "resnet51"),
+    ("large_nlp", {"models": ["megatron-2.5b"], "nodes": [1], "whatif_hardware": ["v999"], "whatif_nodes": [1],
+                   "validate": {"ranks": 2, "models": ["megatron-1.2b"], "global_batch": 8, "steps": 1}},
+     "whatif_hardware': unknown hardware 'v999'; valid: "),
+    ("large_nlp", {"models": ["turing-nlg-17b"], "nodes": [1], "whatif_hardware": [], "whatif_nodes": [1],
+                   "validate": {"ranks": 2, "models": ["megatron-1.2b"], "global_batch": 8, "steps": 1},
+                   "sizes": 3}, "sizes"),
 ])
 def test_bad_config_names_the_key(tmp_path, key, value, words):
     cwd = copy_workflow(tmp_path)

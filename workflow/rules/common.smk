@@ -16,10 +16,16 @@ _unknown = [s for s in config["strategies"] + config["runtime"]["strategies"] if
 if _unknown:
     raise WorkflowError(f"config 'strategies': unknown strategy '{_unknown[0]}'; "
                         f"valid: {', '.join(available_strategies())}")
-for _key in ("speedup_models", "gantt_model"):
-    for _model in config[_key] if isinstance(config[_key], list) else [config[_key]]:
+for _key, _models in (("speedup_models", config["speedup_models"]), ("gantt_model", [config["gantt_model"]]),
+                      ("large_nlp: models", config["large_nlp"]["models"])):
+    for _model in _models:
         if _model not in config["paper_models"]:
             raise WorkflowError(f"config '{_key}': '{_model}' must also be listed in 'paper_models'")
+for _hw in config["large_nlp"]["whatif_hardware"]:
+    try:
+        load_hardware(_hw)
+    except KarmaError as err:
+        raise WorkflowError(f"config 'large_nlp: whatif_hardware': {err}") from None
 
 
 def paper_batch(wildcards):
@@ -45,3 +51,11 @@ def runtime_tables(wildcards):
 
 def scaling_tables(wildcards):
     return expand("results/scaling/{hw}/{model}.csv", hw=HARDWARE, model=config["speedup_models"])
+
+
+def large_nlp_tables(wildcards):
+    return expand("results/large_nlp/{hw}/{model}.csv", hw=HARDWARE, model=config["large_nlp"]["models"])
+
+
+def tp_validations(wildcards):
+    return expand("results/tp_validation/{model}.csv", model=config["large_nlp"]["validate"]["models"])

@@ -74,6 +74,8 @@ rule regression:
         "results/tables/scaling.csv",
         "results/tables/measured_vs_predicted.csv",
         "results/tables/distributed_validation.csv",
+        "results/tables/large_nlp_summary.csv",
+        "results/tables/tp_validation.csv",
         reference="results/reference/metrics.csv",
     output:
         "results/tables/regression.md",

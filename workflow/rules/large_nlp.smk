@@ -1,0 +1,76 @@
+# Large NLP models (KARMA Sec. VI-D): out-of-core data parallel vs Megatron hybrid model
+# parallel, simulated at paper scale; a what-if on newer machines; the Megatron cost model
+# checked against real tensor-parallel MPI runs on this machine.
+
+
+rule large_nlp:
+    input:
+        profile="results/profiles/analytic/{hw}/{model}.json",
+        plans="results/plans/{hw}/{model}",
+    output:
+        "results/large_nlp/{hw}/{model}.csv",
+    log:
+        "logs/large_nlp/{hw}/{model}.log",
+    params:
+        hardware=config["hardware"],
+        nodes=config["large_nlp"]["nodes"],
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/large_nlp.py"
+
+
+rule large_nlp_whatif:
+    output:
+        "results/large_nlp/whatif.csv",
+    log:
+        "logs/large_nlp_whatif.log",
+    params:
+        hardware=config["large_nlp"]["whatif_hardware"],
+        models=config["large_nlp"]["models"],
+        nodes=config["large_nlp"]["whatif_nodes"],
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/large_nlp_whatif.py"
+
+
+rule validate_tensor_parallel:
+    output:
+        "results/tp_validation/{model}.csv",
+    log:
+        "logs/validate_tensor_parallel/{model}.log",
+    params:
+        ranks=config["large_nlp"]["validate"]["ranks"],
+        batch=config["large_nlp"]["validate"]["global_batch"],
+        steps=config["large_nlp"]["validate"]["steps"],
+    threads: config["large_nlp"]["validate"]["ranks"]
+    resources:
+        measuring=1,
+    conda:
+        "../../environment.yml"
+    shell:
+        "timeout 600 mpiexec -n {params.ranks} python -m karma.validate_tp {wildcards.model} "
+        "--global-batch {params.batch} --steps {params.steps} --out {output} > {log} 2>&1"
+
+
+rule large_nlp_table:
+    input:
+        tables=large_nlp_tables,
+        whatif="results/large_nlp/whatif.csv",
+        validation=tp_validations,
+    output:
+        csv="results/tables/large_nlp.csv",
+        summary="results/tables/large_nlp_summary.csv",
+        validation="results/tables/tp_validation.csv",
+        md="results/tables/large_nlp.md",
+        figure="results/figures/large_nlp.png",
+        whatif="results/figures/large_nlp_whatif.png",
+    log:
+        "logs/large_nlp_table.log",
+    params:
+        hardware=config["hardware"],
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/large_nlp_table.py"

@@ -1,0 +1,24 @@
+"""Snakemake script: one large NLP model, KARMA data parallel vs Megatron layouts, across node counts."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
+from _log import logged  # noqa: E402
+
+sm = snakemake  # noqa: F821
+with logged(sm):
+    from karma.hardware import load
+    from karma.large_nlp import compare
+    from karma.plan import Plan
+    from karma.profile import Profile
+    from karma.tables import to_markdown
+
+    hw = load(sm.params.hardware)
+    profile = Profile.from_json(sm.input.profile)
+    karma = Plan.from_json(Path(sm.input.plans) / "karma.json")
+    table = compare(profile, karma, hw, sm.params.nodes, progress=lambda n: print(f"{n} nodes done", flush=True))
+    out = Path(sm.output[0])
+    table.to_csv(out.with_suffix(".tmp"), index=False)
+    out.with_suffix(".tmp").replace(out)
+    print(to_markdown(table.drop(columns=["source", "layout"])))

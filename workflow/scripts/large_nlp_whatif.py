@@ -1,0 +1,32 @@
+"""Snakemake script: the large-NLP comparison on other machines (each model profiled and planned anew)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
+from _log import logged  # noqa: E402
+
+sm = snakemake  # noqa: F821
+with logged(sm):
+    import pandas as pd
+
+    from karma.hardware import load
+    from karma.large_nlp import compare
+    from karma.profile_analytic import analytic_profile
+    from karma.strategy import run_strategy
+    from models.registry import build
+
+    tables = []
+    for name in sm.params.hardware:
+        hw = load(name)
+        for model in sm.params.models:
+            profile = analytic_profile(build(model, "paper", device="meta"), hw)
+            outcome = run_strategy("karma", profile, hw)
+            if outcome.plan is None:
+                print(f"{name} {model}: KARMA found no plan ({outcome.error}); skipped")
+                continue
+            tables.append(compare(profile, outcome.plan, hw, sm.params.nodes))
+            print(f"{name} {model}: done", flush=True)
+    out = Path(sm.output[0])
+    pd.concat(tables, ignore_index=True).to_csv(out.with_suffix(".tmp"), index=False)
+    out.with_suffix(".tmp").replace(out)
