@@ -225,6 +225,39 @@ def cmd_compare(args) -> int:
     return 1 if len(bad) else 0
 
 
+def cmd_megatron(args) -> None:
+    """One Megatron layout (or the best one) simulated on a preset's nodes."""
+    from karma.hardware import load
+    from karma.model_parallel import Layout, best_layout, simulate_layout
+    from karma.tensor_parallel import check_degree
+    from models.registry import MODELS, spec
+
+    choose("GPT model", args.model, [m for m in MODELS if "heads" in spec(m).sizes["paper"]])
+    hw = load(args.hardware)
+    gpus = args.gpus
+    global_batch = args.global_batch or gpus * spec(args.model).batch["paper"]
+    if args.tp is None:
+        result, why = best_layout(args.model, hw, gpus, global_batch, args.zero)
+        if result is None:
+            raise KarmaError(why)
+    else:
+        config = spec(args.model).sizes["paper"]
+        check_degree(args.tp, config["hidden"], config["heads"])
+        if gpus % args.tp or global_batch % (gpus // args.tp) or (global_batch // (gpus // args.tp)) % args.micro_batch:
+            raise KarmaError(f"{gpus} GPUs with tp={args.tp} and micro-batch {args.micro_batch} cannot share the "
+                             f"global batch {global_batch}")
+        dp = gpus // args.tp
+        layout = Layout(args.tp, dp, args.micro_batch, global_batch // dp // args.micro_batch, args.recompute,
+                        args.zero)
+        result = simulate_layout(args.model, layout, hw)
+        if result.time is None:
+            raise KarmaError(f"{layout.label()} does not fit: {result.reason}")
+    print(f"{args.model} on {gpus} GPUs of {hw.name}, global batch {global_batch}: {result.layout.label()}: "
+          f"{result.time:.3f} s/iteration, {global_batch / result.time:.2f} sequences/s, peak "
+          f"{result.peak_bytes / 1e9:.2f} GB/GPU, tensor-parallel all-reduces {result.tp_comm_s:.3f} s "
+          f"[simulated, analytic profile]")
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Usage mistakes print one line (and `--help` points further), not the whole usage."""
 
@@ -279,6 +312,16 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=_positive_int, default=1, help="torch compute threads (default 1)")
     run.add_argument("--timeline", help="write the last step's timeline as CSV")
     run.set_defaults(func=cmd_run)
+    meg = sub.add_parser("megatron", help="simulate Megatron hybrid parallelism (best layout, or the one given)")
+    meg.add_argument("model")
+    meg.add_argument("--gpus", type=_positive_int, required=True)
+    meg.add_argument("--hardware", default="v100-abci")
+    meg.add_argument("--global-batch", type=_positive_int, help="default: GPUs x the paper batch")
+    meg.add_argument("--tp", type=_positive_int, help="tensor-parallel degree (default: search)")
+    meg.add_argument("--micro-batch", type=_positive_int, default=1, help="with --tp")
+    meg.add_argument("--recompute", action="store_true", help="with --tp: checkpoint every layer")
+    meg.add_argument("--zero", action="store_true", help="ZeRO-1 optimizer-state partitioning")
+    meg.set_defaults(func=cmd_megatron)
     ref = sub.add_parser("reference", help="record the pipeline's tracked numbers as the reference")
     ref.add_argument("--results", default="results")
     ref.add_argument("--out", default="results/reference/metrics.csv")

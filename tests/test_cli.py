@@ -92,3 +92,21 @@ def test_run_refuses_bad_requests_in_one_line(args, words):
     proc = subprocess.run([sys.executable, "-m", "karma", *args], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and words in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_megatron_finds_the_best_layout(capsys):
+    assert main(["megatron", "megatron-8.3b", "--gpus", "32", "--zero"]) == 0
+    out = capsys.readouterr().out
+    assert "tp=8 dp=4" in out and "sequences/s" in out and "[simulated, analytic profile]" in out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["megatron-8.3b", "--gpus", "32", "--tp", "6"], "does not divide the 32 heads"),
+    (["turing-nlg-17b", "--gpus", "4"], "no layout fits: the smallest needs"),
+    (["resnet50", "--gpus", "4"], "unknown GPT model 'resnet50'; valid: megatron-1.2b"),
+    (["megatron-8.3b", "--gpus", "32", "--tp", "8", "--micro-batch", "1", "--recompute"], "does not fit"),
+])
+def test_megatron_refuses_bad_layouts_in_one_line(capsys, args, words):
+    assert main(["megatron", *args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1
