@@ -5,6 +5,9 @@
 configfile: "config/config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/tables.smk"
@@ -26,5 +29,6 @@ rule all:
         "results/tables/scaling.md",
         "results/tables/distributed_validation.md",
         "results/tables/large_nlp.md",
+        "results/tables/paper_claims.md",
         "results/tables/regression.md",
     default_target: True

@@ -62,7 +62,9 @@ def to_markdown(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
 
 
 def markdown_report(title: str, intro: list[str], table: pd.DataFrame) -> str:
-    """A titled Markdown page: intro lines, the table (without its source column), the source."""
-    source = table.source.iloc[0] if len(table) and "source" in table else ""
+    """A titled Markdown page: intro lines, the table, its source (a column of its own when rows differ)."""
+    sources = list(dict.fromkeys(table.source)) if "source" in table else []
+    if len(sources) > 1:
+        return "\n".join([f"# {title}", "", *intro, "", to_markdown(table)]) + "\n"
     body = to_markdown(table.drop(columns=["source"], errors="ignore"))
-    return "\n".join([f"# {title}", "", *intro, "", body, "", f"Source: {source}"]) + "\n"
+    return "\n".join([f"# {title}", "", *intro, "", body, "", f"Source: {sources[0] if sources else ''}"]) + "\n"

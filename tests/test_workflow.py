@@ -96,3 +96,12 @@ def test_bad_config_names_the_key(tmp_path, key, value, words):
     assert proc.returncode != 0
     assert words in proc.stdout + proc.stderr
     assert sorted(p.name for p in (cwd / "results").iterdir()) == ["reference"]  # nothing written
+
+
+def test_the_slurm_profile_dry_runs_with_mpi_jobs_under_srun(tmp_path):
+    cwd = copy_workflow(tmp_path)
+    proc = run(cwd, "--workflow-profile", "workflow/profiles/slurm", "--configfile", "config/config.yaml",
+               "config/cluster.yaml", "-n", "-p")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "srun -n 8 python -m karma.validate_tp" in proc.stdout
+    assert "srun -n 8 python -m karma.validate_dp" in proc.stdout

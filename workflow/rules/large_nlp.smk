@@ -41,16 +41,17 @@ rule validate_tensor_parallel:
     log:
         "logs/validate_tensor_parallel/{model}.log",
     params:
-        ranks=config["large_nlp"]["validate"]["ranks"],
         batch=config["large_nlp"]["validate"]["global_batch"],
         steps=config["large_nlp"]["validate"]["steps"],
     threads: config["large_nlp"]["validate"]["ranks"]
     resources:
         measuring=1,
+        mpi="mpiexec",
+        tasks=config["large_nlp"]["validate"]["ranks"],
     conda:
         "../../environment.yml"
     shell:
-        "timeout 600 mpiexec -n {params.ranks} python -m karma.validate_tp {wildcards.model} "
+        "timeout 600 {resources.mpi} -n {resources.tasks} python -m karma.validate_tp {wildcards.model} "
         "--global-batch {params.batch} --steps {params.steps} --out {output} > {log} 2>&1"
 
 
@@ -61,11 +62,15 @@ rule large_nlp_table:
         validation=tp_validations,
     output:
         csv="results/tables/large_nlp.csv",
-        summary="results/tables/large_nlp_summary.csv",
-        validation="results/tables/tp_validation.csv",
+        summary=report("results/tables/large_nlp_summary.csv", caption="../report/large_nlp_summary.rst",
+                       category="4. Large NLP: data parallel vs model parallel"),
+        validation=report("results/tables/tp_validation.csv", caption="../report/tp_validation.rst",
+                          category="4. Large NLP: data parallel vs model parallel"),
         md="results/tables/large_nlp.md",
-        figure="results/figures/large_nlp.png",
-        whatif="results/figures/large_nlp_whatif.png",
+        figure=report("results/figures/large_nlp.png", caption="../report/large_nlp.rst",
+                      category="4. Large NLP: data parallel vs model parallel"),
+        whatif=report("results/figures/large_nlp_whatif.png", caption="../report/large_nlp_whatif.rst",
+                      category="4. Large NLP: data parallel vs model parallel"),
     log:
         "logs/large_nlp_table.log",
     params:

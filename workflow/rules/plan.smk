@@ -24,9 +24,11 @@ rule speedup_table:
         strategy_tables,
     output:
         csv="results/tables/speedups.csv",
-        summary="results/tables/speedup_summary.csv",
+        summary=report("results/tables/speedup_summary.csv", caption="../report/speedup_summary.rst",
+                       category="1. Single GPU (simulated)"),
         md="results/tables/speedups.md",
-        figure="results/figures/speedups.png",
+        figure=report("results/figures/speedups.png", caption="../report/speedups.rst",
+                      category="1. Single GPU (simulated)"),
     log:
         "logs/speedup_table.log",
     params:
@@ -42,7 +44,8 @@ rule gantt:
         profile=f"results/profiles/analytic/{HARDWARE}/{{model}}.json",
         plans=f"results/plans/{HARDWARE}/{{model}}",
     output:
-        "results/figures/gantt_{model}.png",
+        report("results/figures/gantt_{model}.png", caption="../report/gantt.rst",
+               category="1. Single GPU (simulated)"),
     log:
         "logs/gantt/{model}.log",
     params:

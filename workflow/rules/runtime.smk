@@ -25,9 +25,11 @@ rule runtime_table:
     input:
         runtime_tables,
     output:
-        csv="results/tables/measured_vs_predicted.csv",
+        csv=report("results/tables/measured_vs_predicted.csv", caption="../report/measured_vs_predicted_table.rst",
+                   category="2. Runtime on this machine (measured)"),
         md="results/tables/measured_vs_predicted.md",
-        figure="results/figures/measured_vs_predicted.png",
+        figure=report("results/figures/measured_vs_predicted.png", caption="../report/measured_vs_predicted.rst",
+                      category="2. Runtime on this machine (measured)"),
     log:
         "logs/runtime_table.log",
     conda:

@@ -22,9 +22,11 @@ rule scaling_table:
     input:
         scaling_tables,
     output:
-        csv="results/tables/scaling.csv",
+        csv=report("results/tables/scaling.csv", caption="../report/scaling_table.rst",
+                   category="3. Multi-node data parallel"),
         md="results/tables/scaling.md",
-        figure="results/figures/scaling.png",
+        figure=report("results/figures/scaling.png", caption="../report/scaling.rst",
+                      category="3. Multi-node data parallel"),
     log:
         "logs/scaling_table.log",
     params:
@@ -41,16 +43,18 @@ rule validate_distributed:
     log:
         "logs/validate_distributed/{model}.log",
     params:
-        ranks=config["distributed"]["ranks"],
         batch=config["distributed"]["batch"],
         steps=config["distributed"]["steps"],
     threads: config["distributed"]["ranks"]
     resources:
         measuring=1,
+        # MPI launcher: mpiexec here (mpich wheel); the Slurm profile sets mpi="srun" (README).
+        mpi="mpiexec",
+        tasks=config["distributed"]["ranks"],
     conda:
         "../../environment.yml"
     shell:
-        "timeout 600 mpiexec -n {params.ranks} python -m karma.validate_dp {wildcards.model} --batch {params.batch} "
+        "timeout 600 {resources.mpi} -n {resources.tasks} python -m karma.validate_dp {wildcards.model} --batch {params.batch} "
         "--steps {params.steps} --out {output} > {log} 2>&1"
 
 
@@ -58,7 +62,8 @@ rule distributed_table:
     input:
         expand("results/distributed/{model}.csv", model=config["distributed"]["models"]),
     output:
-        csv="results/tables/distributed_validation.csv",
+        csv=report("results/tables/distributed_validation.csv", caption="../report/distributed_validation.rst",
+                   category="3. Multi-node data parallel"),
         md="results/tables/distributed_validation.md",
     log:
         "logs/distributed_table.log",

@@ -7,10 +7,10 @@ rule footprint_table:
         analytic=analytic_profiles,
         measured=measured_profiles,
     output:
-        csv="results/tables/footprint.csv",
+        csv=report("results/tables/footprint.csv", caption="../report/footprint_table.rst", category="0. Models"),
         md="results/tables/footprint.md",
         measured="results/tables/measured_profiles.csv",
-        figure="results/figures/footprint.png",
+        figure=report("results/figures/footprint.png", caption="../report/footprint.rst", category="0. Models"),
     log:
         "logs/footprint_table.log",
     params:
@@ -19,3 +19,21 @@ rule footprint_table:
         "../../environment.yml"
     script:
         "../scripts/footprint_table.py"
+
+
+rule paper_claims:
+    input:
+        speedups="results/tables/speedup_summary.csv",
+        runtime="results/tables/measured_vs_predicted.csv",
+        scaling="results/tables/scaling.csv",
+        large_nlp="results/tables/large_nlp_summary.csv",
+    output:
+        csv=report("results/tables/paper_claims.csv", caption="../report/paper_claims.rst",
+                   category="5. The paper's claims and ours"),
+        md="results/tables/paper_claims.md",
+    log:
+        "logs/paper_claims.log",
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/paper_claims.py"
