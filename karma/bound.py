@@ -68,7 +68,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from karma.hardware import Hardware
 from karma.profile import Profile
-from karma.simulate import optimizer_traffic_bytes
+from karma.simulate import backward_transient, optimizer_traffic_bytes
 
 GB = 1e9
 
@@ -95,8 +95,8 @@ def _case(profile: Profile, hw: Hardware, capacity: float, streamed: bool, time_
         static += sum(u.param_bytes + u.optimizer_bytes for u in units)
         step = optimizer_traffic_bytes(params, profile.optimizer) / hw.memory_bw
         grads = list(np.cumsum([u.param_bytes for u in units][::-1])[::-1])
-    cap = np.array([(capacity - static - grads[i] - u.output_bytes - u.input_bytes - u.workspace_bytes) / GB - own[i]
-                    for i, u in enumerate(units)])
+    cap = np.array([(capacity - static - grads[i] - backward_transient(units, i)) / GB - own[i]
+                    for i in range(n)])
     if (cap < 0).any():  # some unit's backward alone does not fit
         return math.inf
     rate = f / np.where(own > 0, own, 1.0)  # recompute seconds per GB freed

@@ -2,8 +2,9 @@
 
 A merged unit has the sum of its units' times, FLOPs and weights, their own
 saved bytes (a tensor shared inside the group counted once), the group's
-input and output, and a workspace chosen so that its backward transient
-(output gradient + input gradient + workspace) is the largest of its units'.
+input and output, the largest forward workspace of its units, and a backward
+workspace chosen so that its backward transient (output gradient + input
+gradient + workspace) is the largest of its units'.
 Simulating the merged chain is conservative: its activations are freed at
 the end of the group's backward rather than unit by unit.
 """
@@ -13,13 +14,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from karma.profile import Profile, UnitProfile
+from karma.simulate import backward_transient
 
 
 def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
     units = profile.units[start:stop]
     first, last = units[0], units[-1]
     own = sum(u.saved_bytes for u in units) - sum(profile.shared_boundary_bytes(i) for i in range(start, stop - 1))
-    transient = max(u.output_bytes + u.input_bytes + u.workspace_bytes for u in units)
+    transient = max(backward_transient(profile.units, i) for i in range(start, stop))
+    grad_out = 0 if stop == len(profile.units) else last.output_bytes
     return UnitProfile(
         name=f"{first.name}..{last.name}" if stop - start > 1 else first.name,
         forward_time=sum(u.forward_time for u in units),
@@ -36,7 +39,8 @@ def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
         param_bytes=sum(u.param_bytes for u in units),
         buffer_bytes=sum(u.buffer_bytes for u in units),
         optimizer_bytes=sum(u.optimizer_bytes for u in units),
-        workspace_bytes=max(0, transient - last.output_bytes - first.input_bytes),
+        workspace_bytes=max(u.workspace_bytes for u in units),
+        backward_workspace_bytes=transient - grad_out - first.input_bytes,
     )
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from karma.errors import KarmaError, read_json
 
-VERSION = 1
+VERSION = 2
 #: bytes of optimizer state per byte of weights (SGD with momentum: the momentum
 #: buffer; Adam: first and second moments, Kingma & Ba 2015).
 OPTIMIZER_STATE_FACTOR = {"sgd": 1, "adam": 2}
@@ -36,10 +36,14 @@ class UnitProfile:
     `saved_input_bytes` / `saved_output_bytes` are the parts of `saved_bytes`
     that are the unit's input / output storage: when unit i saves its output
     and unit i+1 saves its input, it is one tensor and must be counted once.
-    `workspace_bytes` is the unit's transient memory beyond what is counted
-    apart: the peak of live tensors created during its forward that die before
-    it ends, or during its backward besides its input and weight gradients
-    (tracked per storage until its last tensor dies; karma/unit_trace.py).
+    `workspace_bytes` is the unit's transient memory in its forward beyond what is
+    counted apart: the peak of live tensors created during the forward that die
+    before it ends; `backward_workspace_bytes` the same for its backward: what it
+    creates besides its input and weight gradients (for the last unit, the
+    gradient of its pre-loss output too), counted from its peak with its saved
+    tensors and gradients taken out, so negative when autograd frees saved
+    tensors before the backward's transients peak. Tracked per storage until
+    its last tensor dies (karma/unit_trace.py).
     """
 
     name: str
@@ -58,6 +62,7 @@ class UnitProfile:
     buffer_bytes: int
     optimizer_bytes: int
     workspace_bytes: int
+    backward_workspace_bytes: int
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,8 @@ class Profile:
         for i in range(len(units) - 1, -1, -1):
             u = units[i]
             grads += u.param_bytes
-            live = static + grads + saved_prefix[i] + u.output_bytes + u.input_bytes + u.workspace_bytes
+            grad_out = 0 if i == len(units) - 1 else u.output_bytes  # the last unit starts from the loss
+            live = static + grads + saved_prefix[i] + grad_out + u.input_bytes + u.backward_workspace_bytes
             peak = max(peak, live)
         return peak
 
@@ -157,7 +163,9 @@ class Profile:
         if not isinstance(data, dict):
             raise KarmaError(f"{where}: expected a JSON object")
         if data.get("version") != VERSION:
-            raise KarmaError(f"{where}: field 'version' must be {VERSION}, got {data.get('version')!r}")
+            raise KarmaError(f"{where}: field 'version' must be {VERSION}, got {data.get('version')!r}"
+                             + (" (written by an older version: profile the model again)"
+                                if isinstance(data.get("version"), int) and data["version"] < VERSION else ""))
         unit_fields = {f.name for f in fields(UnitProfile)}
         units = []
         for k, raw in enumerate(data.get("units") or []):

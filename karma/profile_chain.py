@@ -66,6 +66,7 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
             buffer_bytes=buffers,
             optimizer_bytes=OPTIMIZER_STATE_FACTOR[model.optimizer] * params,
             workspace_bytes=trace.workspace_bytes,
+            backward_workspace_bytes=trace.backward_workspace_bytes,
         ))
         if progress:
             progress(i, len(named), name)

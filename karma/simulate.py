@@ -18,9 +18,11 @@ of the op that produces it, freed at the end of the op that last needs it):
   the copy to the host ends and again from the prefetch to the backward; for
   recomputed blocks only during the forward and from the recompute on;
 * a recomputed block's checkpoint (its input) until its backward, unless it
-  is swapped to the host;
-* during a unit's forward its workspace; during its backward the gradient of
-  its output, of its input and its workspace; weight gradients from the
+  is swapped to the host; its first unit saves that same tensor when it runs
+  again, so it is not counted twice;
+* during a unit's forward its (forward) workspace; during its backward the
+  gradient of its output (none for the last unit, which starts from the scalar
+  loss), of its input and its backward workspace; weight gradients from the
   backward to the optimizer step (resident) or the download (streamed);
 * streamed weights from their upload to the end of the block's pass.
 
@@ -81,6 +83,13 @@ def optimizer_traffic_bytes(param_bytes: float, optimizer: str) -> float:
     tensors per weight (SGD momentum k=1, Adam k=2; Kingma & Ba 2015)."""
     k = OPTIMIZER_STATE_FACTOR[optimizer]
     return (3 + 2 * k) * param_bytes
+
+
+def backward_transient(units, i: int) -> float:
+    """Bytes unit i's backward holds besides saved tensors and weight gradients: its output's
+    gradient (the last unit ends in the loss and starts from a scalar), its input's, its workspace."""
+    u = units[i]
+    return (0 if i == len(units) - 1 else u.output_bytes) + u.input_bytes + u.backward_workspace_bytes
 
 
 class _Schedule:
@@ -184,6 +193,9 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
         before, here = blocks[block_of[i - 1]], blocks[block_of[i]]
         if before is here or (before.policy == here.policy == "keep"):
             own[i] -= profile.shared_boundary_bytes(i - 1)
+    for b in blocks:  # a recomputed block's first unit saves its input: the block's checkpoint, counted apart
+        if b.policy == "recompute":
+            own[b.start] -= min(units[b.start].saved_input_bytes, units[b.start].input_bytes)
     act = [sum(own[i] for i in b.units) for b in blocks]
     ckpt_bytes = []
     for k, b in enumerate(blocks):
@@ -270,7 +282,7 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
                         prefetch(k - depth, start)
         for i in reversed(b.units):
             u = units[i]
-            transient = u.output_bytes + u.input_bytes + u.workspace_bytes
+            transient = backward_transient(units, i)
             start, ready = s.op("compute", "backward", k, ready, u.backward_time,
                                 alloc=transient + u.param_bytes, free=transient + own[i])
             if first:

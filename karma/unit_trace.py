@@ -96,11 +96,13 @@ class StorageLifetimes:
 
 @dataclass
 class OpRecorder(TorchDispatchMode):
-    """Per-operator costs, and the peak live bytes of the storages the operators create."""
+    """Per-operator costs, and the peak live bytes of the storages the operators create
+    (plus `base()`, bytes created elsewhere that are still alive, when given)."""
 
     ops: list[OpCost] = field(default_factory=list)
     live: int = 0
     peak: int = 0
+    base: Callable[[], int] | None = None
 
     def __post_init__(self):
         super().__init__()
@@ -108,7 +110,7 @@ class OpRecorder(TorchDispatchMode):
 
     def _allocated(self, _key: int, nbytes: int) -> None:
         self.live += nbytes
-        self.peak = max(self.peak, self.live)
+        self.peak = max(self.peak, self.live + (self.base() if self.base else 0))
 
     def _freed(self, _key: int, nbytes: int) -> None:
         self.live -= nbytes
@@ -149,6 +151,7 @@ class UnitTrace:
     output_bytes: int
     output: torch.Tensor
     workspace_bytes: int = 0
+    backward_workspace_bytes: int = 0
 
 
 def run_forward(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None, target) -> torch.Tensor:
@@ -191,7 +194,9 @@ def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = N
     output = captured["out"]
     survivors = fwd.live  # saved tensors and the output outlive the forward
     grad = output_gradient(result)
-    bwd = OpRecorder()
+    # The backward's peak counts what is left of the forward's tensors too: autograd frees saved
+    # tensors as it goes, so the transients may peak when part of the saved bytes are gone.
+    bwd = OpRecorder(base=lambda: fwd.live)
     with bwd:
         run_backward(result, grad)
     del grad
@@ -199,8 +204,11 @@ def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = N
     input_grad = storage_bytes(x) if x.requires_grad else 0
     param_grads = sum(storage_bytes(p) for p in unit.parameters() if p.requires_grad)
     # Transients beyond what the memory model counts separately: in the forward, what dies
-    # before it ends; in the backward, what it creates besides the input and weight gradients.
-    workspace = max(fwd.peak - survivors, bwd.peak - input_grad - param_grads, 0)
+    # before it ends; in the backward, its peak beyond the saved tensors (held until the unit's
+    # backward ends in the model) and the input and weight gradients -- negative when saved
+    # tensors are freed before the transients peak.
+    workspace = max(fwd.peak - survivors, 0)
+    backward_workspace = max(bwd.peak, survivors) - survivors - input_grad - param_grads
     return UnitTrace(
         forward_ops=fwd.ops,
         backward_ops=bwd.ops,
@@ -211,6 +219,7 @@ def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = N
         output_bytes=storage_bytes(output),
         output=output.detach(),
         workspace_bytes=workspace,
+        backward_workspace_bytes=backward_workspace,
     )
 
 

@@ -19,7 +19,8 @@ def make_unit(name: str = "u", **kw) -> UnitProfile:
     """A unit with every field zero but those given."""
     fields = dict(forward_time=0.0, backward_time=0.0, forward_flops=0.0, backward_flops=0.0, forward_bytes=0.0,
                   backward_bytes=0.0, saved_bytes=0, saved_input_bytes=0, saved_output_bytes=0, input_bytes=0,
-                  output_bytes=0, param_bytes=0, buffer_bytes=0, optimizer_bytes=0, workspace_bytes=0)
+                  output_bytes=0, param_bytes=0, buffer_bytes=0, optimizer_bytes=0, workspace_bytes=0,
+                  backward_workspace_bytes=0)
     fields.update(kw)
     return UnitProfile(name=name, **fields)
 
@@ -39,6 +40,7 @@ def units(draw, n: int) -> tuple[UnitProfile, ...]:
             saved_bytes=saved, saved_input_bytes=0, saved_output_bytes=0, input_bytes=prev_out,
             output_bytes=output, param_bytes=params, buffer_bytes=0, optimizer_bytes=params,
             workspace_bytes=draw(st.integers(0, 300)) * MB,
+            backward_workspace_bytes=draw(st.integers(0, 300)) * MB,
         ))
         prev_out = output
     return tuple(out)

@@ -19,7 +19,7 @@ from models.registry import PAPER_SIX
 V100 = load("v100-abci")
 COUNTED = ["forward_flops", "backward_flops", "forward_bytes", "backward_bytes", "saved_bytes",
            "saved_input_bytes", "saved_output_bytes", "input_bytes", "output_bytes", "param_bytes",
-           "buffer_bytes", "optimizer_bytes", "workspace_bytes"]
+           "buffer_bytes", "optimizer_bytes", "workspace_bytes", "backward_workspace_bytes"]
 
 
 def really_saved_bytes(chain) -> int:
@@ -111,7 +111,7 @@ def synthetic(saved, out, saved_in, saved_out, params, workspace=0) -> Profile:
             analytic_profile(build("resnet50", "tiny", device="meta"), V100).units[0],
             name=f"u{i}", saved_bytes=s, output_bytes=o, input_bytes=(out[i - 1] if i else 1),
             saved_input_bytes=si, saved_output_bytes=so, param_bytes=p, optimizer_bytes=p, buffer_bytes=0,
-            workspace_bytes=workspace)
+            workspace_bytes=workspace, backward_workspace_bytes=workspace)
         for i, (s, o, si, so, p) in enumerate(zip(saved, out, saved_in, saved_out, params, strict=True)))
     return Profile("toy", "tiny", 1, "analytic", "v100-abci", "sgd", units)
 
@@ -119,9 +119,10 @@ def synthetic(saved, out, saved_in, saved_out, params, workspace=0) -> Profile:
 def test_in_core_peak_by_hand():
     p = synthetic(saved=[10, 20, 30], out=[5, 6, 7], saved_in=[0, 5, 0], saved_out=[5, 0, 0], params=[100, 0, 1])
     assert p.activation_bytes() == 55
-    # static = weights + state = 202; backward of the last unit: grads 1, saved 55, out 7, in 6
-    # backward of unit 0: grads 101, saved 10, out 5, in 1 -> 319; optimizer step 202 + 101 = 303
-    assert p.in_core_peak_bytes() == max(202 + 1 + 55 + 7 + 6, 202 + 101 + 10 + 5 + 1, 303)
+    # static = weights + state = 202; backward of the last unit: grads 1, saved 55, in 6 (it starts from
+    # the scalar loss: no output gradient); backward of unit 0: grads 101, saved 10, out 5, in 1 -> 319;
+    # optimizer step 202 + 101 = 303
+    assert p.in_core_peak_bytes() == max(202 + 1 + 55 + 0 + 6, 202 + 101 + 10 + 5 + 1, 303)
 
 
 def test_json_round_trip(tmp_path):

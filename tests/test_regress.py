@@ -42,6 +42,10 @@ def test_cli_exits_nonzero_on_a_regression(tmp_path):
         results / "tables/measured_vs_predicted.csv", index=False)
     pd.DataFrame([{"model": "m", "order": "pipelined", "naive_over_pipelined_measured": 1.0}]).to_csv(
         results / "tables/distributed_validation.csv", index=False)
+    pd.DataFrame([{"model": "m", "karma_over_best_mp_geomean": 1.3}]).to_csv(
+        results / "tables/large_nlp_summary.csv", index=False)
+    pd.DataFrame([{"model": "m", "tp": 2, "tp_over_dp_measured": 1.1}]).to_csv(
+        results / "tables/tp_validation.csv", index=False)
     reference = tmp_path / "reference.csv"
     assert main(["reference", "--results", str(results), "--out", str(reference)]) == 0
     assert main(["compare", "--results", str(results), "--reference", str(reference)]) == 0

@@ -94,7 +94,9 @@ class _Saved:
         tensors = self.device
 
         def copy():
-            return [t.detach().clone() for t in tensors]
+            host = [t.detach().clone() for t in tensors]
+            tensors.clear()  # the device copies die with the transfer, as on a GPU
+            return host
 
         def done(host):
             self.host = host

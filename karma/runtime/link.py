@@ -94,6 +94,9 @@ class EmulatedLink:
                 job.future.set_result(result)
             except BaseException as err:  # the waiting compute thread re-raises it
                 job.future.set_exception(err)
+            # Drop this frame's references before blocking on the next job: the job's closure and
+            # result would otherwise keep its tensors (a swapped block's device copies) alive.
+            item = job = result = None
 
     def reset_clock(self, start: float) -> None:
         with self._lock:

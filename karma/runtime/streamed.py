@@ -21,6 +21,7 @@ from karma.plan import Plan
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
 from karma.runtime.optim import new_optimizer
+from karma.unit_trace import storage_bytes, storage_key
 from models.chain import ChainModel
 
 
@@ -81,6 +82,14 @@ class HostWeights:
         """Gradients of the weights block k owns go down; then the host updates them."""
         owned = self.owned[k]
         nbytes = sum(p.numel() * p.element_size() for p in owned)
+        owner = ("gradients", k)
+
+        def start():
+            # The device gradients stay allocated until the transfer ends, as on a GPU (the
+            # emulated copy itself happens at once, then the link waits out the transfer time).
+            for p in owned:
+                if p.grad is not None:
+                    ledger.hold(storage_key(p.grad), storage_bytes(p.grad), owner, f"gradients of block {k}")
 
         def copy():
             for p in owned:
@@ -88,6 +97,7 @@ class HostWeights:
                 p.grad = None
 
         def update(_future):
+            ledger.release_all(owner)
             if self.optimizers[k] is None:
                 return
             if self.pipelined:
@@ -97,7 +107,7 @@ class HostWeights:
                 self.deferred.append(k)
 
         # the update is queued before the future resolves, so finish() never misses it
-        return link.submit("d2h", nbytes, copy, "download gradients", k, on_end=update)
+        return link.submit("d2h", nbytes, copy, "download gradients", k, on_start=start, on_end=update)
 
     def _start_reduce(self, k: int) -> Callable[[], None] | None:
         if self.reduce is None:
