@@ -67,8 +67,8 @@ from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from karma.hardware import Hardware
-from karma.profile import Profile
-from karma.simulate import backward_transient, optimizer_traffic_bytes
+from karma.profile import Profile, backward_transient
+from karma.simulate import optimizer_traffic_bytes
 
 GB = 1e9
 

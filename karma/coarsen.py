@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from karma.profile import Profile, UnitProfile
-from karma.simulate import backward_transient
+from karma.profile import Profile, UnitProfile, backward_transient
 
 
 def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
@@ -37,6 +36,7 @@ def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
         input_bytes=first.input_bytes,
         output_bytes=last.output_bytes,
         param_bytes=sum(u.param_bytes for u in units),
+        tied_param_bytes=sum(u.tied_param_bytes for u in units),
         buffer_bytes=sum(u.buffer_bytes for u in units),
         optimizer_bytes=sum(u.optimizer_bytes for u in units),
         workspace_bytes=max(u.workspace_bytes for u in units),

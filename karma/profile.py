@@ -63,6 +63,30 @@ class UnitProfile:
     optimizer_bytes: int
     workspace_bytes: int
     backward_workspace_bytes: int
+    tied_param_bytes: int = 0
+
+
+class GradientBytes:
+    """Weight-gradient bytes a unit's backward creates, in backward order: its own weights' and
+    those of tied weights it uses (owned by an earlier unit, whose backward then finds them made)."""
+
+    def __init__(self):
+        self.made_early = 0
+
+    def __call__(self, u) -> float:
+        credit = min(self.made_early, u.param_bytes)
+        self.made_early += u.tied_param_bytes - credit
+        return u.param_bytes + u.tied_param_bytes - credit
+
+
+def backward_transient(units, i: int) -> float:
+    """Bytes unit i's backward holds besides saved tensors and weight gradients: its output's
+    gradient (the last unit ends in the loss and starts from a scalar), its input's (the first
+    unit's input is the batch, which needs none) and its backward workspace."""
+    u = units[i]
+    grad_out = 0 if i == len(units) - 1 else u.output_bytes
+    grad_in = 0 if i == 0 else u.input_bytes
+    return grad_out + grad_in + u.backward_workspace_bytes
 
 
 @dataclass(frozen=True)
@@ -111,11 +135,12 @@ class Profile:
     def in_core_peak_bytes(self) -> int:
         """Peak device memory of plain (all-resident) training.
 
-        During unit i's backward the device holds: weights, optimizer state and
-        buffers; gradients of units i..n-1 (grads of earlier units do not exist
-        yet); the saved tensors of units 0..i; unit i's output gradient, input
-        gradient and workspace. The optimizer step needs weights + all
-        gradients + state. The peak is the max over both.
+        During unit i's forward: weights, optimizer state, buffers, the saved tensors
+        of units 0..i and unit i's forward workspace. During unit i's backward:
+        weights, optimizer state and buffers; the gradients made so far (units
+        i..n-1, and tied weights those use); the saved tensors of units 0..i; unit
+        i's backward transient (karma.profile.backward_transient). The optimizer
+        step needs weights + all gradients + state. The peak is the max of all.
         """
         units = self.units
         static = sum(u.param_bytes + u.optimizer_bytes + u.buffer_bytes for u in units)
@@ -125,13 +150,12 @@ class Profile:
         for i, u in enumerate(units):
             acc += u.saved_bytes - (self.shared_boundary_bytes(i - 1) if i else 0)
             saved_prefix.append(acc)
-        peak = step
+        peak = max([step] + [static + saved_prefix[i] + u.workspace_bytes for i, u in enumerate(units)])
         grads = 0
+        made = GradientBytes()
         for i in range(len(units) - 1, -1, -1):
-            u = units[i]
-            grads += u.param_bytes
-            grad_out = 0 if i == len(units) - 1 else u.output_bytes  # the last unit starts from the loss
-            live = static + grads + saved_prefix[i] + grad_out + u.input_bytes + u.backward_workspace_bytes
+            grads += made(units[i])
+            live = static + grads + saved_prefix[i] + backward_transient(units, i)
             peak = max(peak, live)
         return peak
 

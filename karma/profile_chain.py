@@ -20,15 +20,18 @@ from models.chain import ChainModel
 Timer = Callable[[torch.nn.Module, torch.Tensor, Callable | None, object, UnitTrace], tuple[float, float]]
 
 
-def weight_bytes(unit: torch.nn.Module, seen: set[int]) -> tuple[int, int]:
-    """(parameter bytes, buffer bytes) not already owned by an earlier unit."""
-    params = 0
+def weight_bytes(unit: torch.nn.Module, seen: set[int]) -> tuple[int, int, int]:
+    """(parameter bytes not already owned by an earlier unit, buffer bytes, bytes of the
+    parameters it uses that an earlier unit owns: tied weights)."""
+    params = tied = 0
     for p in unit.parameters():
         if id(p) not in seen:
             seen.add(id(p))
             params += p.numel() * p.element_size()
+        else:
+            tied += p.numel() * p.element_size()
     buffers = sum(b.numel() * b.element_size() for b in unit.buffers())
-    return params, buffers
+    return params, buffers, tied
 
 
 def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source: str, label: str,
@@ -48,7 +51,7 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
             trace = trace_unit(unit, x, loss, target)
             cache[key] = (trace, *timer(unit, x, loss, target, trace))
         trace, t_fwd, t_bwd = cache[key]
-        params, buffers = weight_bytes(unit, seen)
+        params, buffers, tied = weight_bytes(unit, seen)
         units.append(UnitProfile(
             name=name,
             forward_time=t_fwd,
@@ -67,6 +70,7 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
             optimizer_bytes=OPTIMIZER_STATE_FACTOR[model.optimizer] * params,
             workspace_bytes=trace.workspace_bytes,
             backward_workspace_bytes=trace.backward_workspace_bytes,
+            tied_param_bytes=tied,
         ))
         if progress:
             progress(i, len(named), name)

@@ -24,7 +24,9 @@ of the op that produces it, freed at the end of the op that last needs it):
   gradient of its output (none for the last unit, which starts from the scalar
   loss), of its input and its backward workspace; weight gradients from the
   backward to the optimizer step (resident) or the download (streamed);
-* streamed weights from their upload to the end of the block's pass.
+* streamed weights from their upload to the end of the block's pass (a tied
+  weight with every block that uses it, as the runtime uploads it); a tied
+  weight's gradient from the backward of the last unit using it.
 
 A tensor saved both by a unit (its output) and by the next (its input) is
 one tensor: counted once inside a block and between two kept blocks, and a
@@ -44,7 +46,7 @@ from dataclasses import dataclass, field
 from karma.hardware import Hardware
 from karma.network import allreduce_time, nodes_for
 from karma.plan import Plan
-from karma.profile import OPTIMIZER_STATE_FACTOR, Profile
+from karma.profile import OPTIMIZER_STATE_FACTOR, GradientBytes, Profile, backward_transient
 
 
 @dataclass(frozen=True)
@@ -83,13 +85,6 @@ def optimizer_traffic_bytes(param_bytes: float, optimizer: str) -> float:
     tensors per weight (SGD momentum k=1, Adam k=2; Kingma & Ba 2015)."""
     k = OPTIMIZER_STATE_FACTOR[optimizer]
     return (3 + 2 * k) * param_bytes
-
-
-def backward_transient(units, i: int) -> float:
-    """Bytes unit i's backward holds besides saved tensors and weight gradients: its output's
-    gradient (the last unit ends in the loss and starts from a scalar), its input's, its workspace."""
-    u = units[i]
-    return (0 if i == len(units) - 1 else u.output_bytes) + u.input_bytes + u.backward_workspace_bytes
 
 
 class _Schedule:
@@ -202,6 +197,8 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
         shared = profile.shared_boundary_bytes(b.start - 1) if k and blocks[k - 1].policy == "keep" else 0
         ckpt_bytes.append(units[b.start].input_bytes - shared)
     params = [sum(units[i].param_bytes for i in b.units) for b in blocks]
+    # streamed blocks upload every weight they use, a tied one (owned by an earlier unit) too
+    uses = [params[k] + sum(units[i].tied_param_bytes for i in b.units) for k, b in enumerate(blocks)]
     static = sum(u.buffer_bytes for u in units)
     if not streamed:
         static += sum(u.param_bytes + (0 if host_side else u.optimizer_bytes) for u in units)
@@ -214,7 +211,7 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
     t = 0.0
     if streamed:
         for k in range(min(depth, nb)):
-            weights_up_end[k] = s.op("h2d", "upload weights", k, 0.0, params[k] / hw.h2d_bw, alloc=params[k])[1]
+            weights_up_end[k] = s.op("h2d", "upload weights", k, 0.0, uses[k] / hw.h2d_bw, alloc=uses[k])[1]
     for k, b in enumerate(blocks):
         ready = t
         if k - depth >= 0:
@@ -236,13 +233,13 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
                 first = False
                 if streamed and k + depth < nb:
                     j = k + depth
-                    weights_up_end[j] = s.op("h2d", "upload weights", j, start, params[j] / hw.h2d_bw,
-                                             alloc=params[j])[1]
+                    weights_up_end[j] = s.op("h2d", "upload weights", j, start, uses[j] / hw.h2d_bw,
+                                             alloc=uses[j])[1]
                 if b.policy == "recompute" and b.checkpoint == "host":
                     ckpt_out_end[k] = s.op("d2h", "offload checkpoint", k, start, ckpt / hw.d2h_bw,
                                            free=ckpt)[1]
         if streamed:
-            s.release(t, params[k], k)
+            s.release(t, uses[k], k)
         if b.policy == "swap":
             swap_out_end[k] = s.op("d2h", "swap out", k, t, act[k] / hw.d2h_bw, free=act[k])[1]
 
@@ -255,7 +252,7 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
         b = blocks[k]
         end = issue
         if streamed:
-            end = s.op("h2d", "upload weights", k, issue, params[k] / hw.h2d_bw, alloc=params[k])[1]
+            end = s.op("h2d", "upload weights", k, issue, uses[k] / hw.h2d_bw, alloc=uses[k])[1]
         if b.policy == "swap":
             end = s.op("h2d", "prefetch", k, max(issue, swap_out_end[k]), act[k] / hw.h2d_bw, alloc=act[k])[1]
         elif b.policy == "recompute" and b.checkpoint == "host":
@@ -266,6 +263,7 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
 
     for k in range(nb - 1, max(nb - 1 - depth, -1), -1):
         prefetch(k, bwd_ready)
+    tied_grads = GradientBytes()
     host_t = 0.0
     for k in range(nb - 1, -1, -1):
         b = blocks[k]
@@ -283,8 +281,9 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
         for i in reversed(b.units):
             u = units[i]
             transient = backward_transient(units, i)
+            grads = tied_grads(u)
             start, ready = s.op("compute", "backward", k, ready, u.backward_time,
-                                alloc=transient + u.param_bytes, free=transient + own[i])
+                                alloc=transient + grads, free=transient + own[i])
             if first:
                 first = False
                 if k - depth >= 0:
@@ -294,7 +293,7 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
             s.release(ready, ckpt_bytes[k], k)
         if host_side:
             if streamed:
-                s.release(ready, params[k], k)
+                s.release(ready, uses[k], k)
             grads_down_end = s.op("d2h", "download gradients", k, ready, params[k] / hw.d2h_bw,
                                   free=params[k])[1]
             traffic = optimizer_traffic_bytes(params[k], profile.optimizer)

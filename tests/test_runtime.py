@@ -134,3 +134,30 @@ def test_validate_compares_every_strategy_with_its_prediction():
     assert len(ran) and (ran.measured_s > 0).all() and (ran.predicted_s > 0).all()
     assert (ran.measured_peak_MB <= capacity / 1e6).all()
     assert table.source.str.contains("measured on cpu-emulated").all()
+
+
+@st.composite
+def keep_or_recompute_plan(draw):
+    """Plans whose memory does not depend on timing: no copies (resident weights, checkpoints kept)."""
+    name = draw(st.sampled_from(MODELS))
+    n = len(build(name, "tiny", device="meta"))
+    labels = draw(st.lists(st.sampled_from(["keep", "recompute"]), min_size=n, max_size=n))
+    segments = draw(st.lists(st.integers(0, n - 1), max_size=3))
+    return name, from_policies(name, 2, labels, segments=segments)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(keep_or_recompute_plan())
+def test_the_simulator_predicts_the_runtimes_peak_within_5_percent(case):
+    """DESIGN.md: the simulator agrees with the runtime on what it measures. The profile is counted on
+    the meta device (equal to a real run, FACTS.md); the runtime counts every tensor it creates."""
+    from karma.hardware import load
+    from karma.profile_analytic import analytic_profile
+    from karma.runtime.emulation import run_steps
+    from karma.simulate import simulate
+
+    name, plan = case
+    predicted = simulate(analytic_profile(build(name, "tiny", 2, device="meta"), load("v100-abci")), plan,
+                         load("v100-abci"), capacity=math.inf).peak_bytes
+    measured = max(r.peak_bytes for r in run_steps(build(name, "tiny", 2, seed=0), plan, math.inf, 1e9, 2))
+    assert measured == pytest.approx(predicted, rel=0.05), plan.policies()

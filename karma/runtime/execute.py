@@ -15,6 +15,7 @@ all of the memory and the step never exceeds its capacity.
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -174,6 +175,9 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
     if streamed and not host_side:
         raise KarmaError("streamed weights need a HostWeights optimizer (karma.runtime.streamed)")
     units = list(chain.units.children())
+    # Tensors of the previous step caught in reference cycles (autograd nodes and hook closures)
+    # would otherwise live until Python's collector runs, at a different moment each run.
+    gc.collect()
     start = time.perf_counter()
     ledger.start = start
     ledger.peak = ledger.used
