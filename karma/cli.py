@@ -184,7 +184,7 @@ def cmd_run(args) -> None:
     print(f"{result.plan.strategy} plan {result.plan.policies()} ({result.plan.weights} weights, depth "
           f"{result.plan.prefetch_depth}) for {args.model} {args.size}:")
     print(f"  measured  {result.median_time:.4f} s/step (median of {len(result.reports)}), peak "
-          f"{max(r.peak_bytes for r in result.reports) / 1e6:.1f} MB, h2d {last.bytes_h2d / 1e6:.1f} MB, "
+          f"{result.memory.peak_bytes / 1e6:.1f} MB, h2d {last.bytes_h2d / 1e6:.1f} MB, "
           f"d2h {last.bytes_d2h / 1e6:.1f} MB, loss {last.loss:.4f} [{result.label}]")
     print(f"  predicted {result.predicted.time:.4f} s/step, peak {result.predicted.peak_bytes / 1e6:.1f} MB of "
           f"{result.predicted.capacity / 1e6:.1f} MB [simulator on the measured profile]; measured/predicted "

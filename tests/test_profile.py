@@ -120,9 +120,9 @@ def test_in_core_peak_by_hand():
     p = synthetic(saved=[10, 20, 30], out=[5, 6, 7], saved_in=[0, 5, 0], saved_out=[5, 0, 0], params=[100, 0, 1])
     assert p.activation_bytes() == 55
     # static = weights + state = 202; backward of the last unit: grads 1, saved 55, in 6 (it starts from
-    # the scalar loss: no output gradient); backward of unit 0: grads 101, saved 10, out 5, in 1 -> 319;
-    # optimizer step 202 + 101 = 303
-    assert p.in_core_peak_bytes() == max(202 + 1 + 55 + 0 + 6, 202 + 101 + 10 + 5 + 1, 303)
+    # the scalar loss: no output gradient); backward of unit 0: grads 101, saved 10, out 5 (its input is
+    # the batch: no input gradient) -> 318; optimizer step 202 + 101 = 303
+    assert p.in_core_peak_bytes() == max(202 + 1 + 55 + 0 + 6, 202 + 101 + 10 + 5 + 0, 303)
 
 
 def test_json_round_trip(tmp_path):

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 import time
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -60,14 +62,37 @@ def check_plan(chain: ChainModel, plan: Plan) -> None:
 
 
 class _Saved:
-    """The tensors one block saved for backward, and where they are."""
+    """The tensors one block saved for backward, and where they are.
+
+    Kept tensors count on the ledger until autograd lets go of them (as PyTorch frees saved
+    tensors during the backward); swapped ones until their copy to the host ends, and their
+    prefetched copies from the prefetch until autograd has used them. A storage is counted
+    while it is alive and no longer: otherwise a new storage at the same address would go
+    uncounted.
+    """
 
     def __init__(self, k: int, swap: bool, ledger: Ledger, params: set[int]):
         self.k, self.swap, self.ledger, self.params = k, swap, ledger, params
         self.device: list[torch.Tensor] = []
+        self.device_keys: list[int] = []
         self.keys: dict[int, int] = {}
         self.host: list[torch.Tensor] | None = None
         self.back: Future | None = None
+        self._alive: dict[object, int] = {}
+        self._lock = threading.Lock()
+
+    def _watch(self, t: torch.Tensor, key, owner) -> None:
+        """Release `key` for `owner` when the last watched tensor holding it dies."""
+        with self._lock:
+            self._alive[(key, owner)] = self._alive.get((key, owner), 0) + 1
+        weakref.finalize(t, self._dropped, key, owner)
+
+    def _dropped(self, key, owner) -> None:
+        with self._lock:
+            self._alive[(key, owner)] -= 1
+            if self._alive[(key, owner)]:
+                return
+        self.ledger.release(key, owner)
 
     def pack(self, t: torch.Tensor):
         key = storage_key(t)
@@ -77,15 +102,20 @@ class _Saved:
             self.keys[key] = storage_bytes(t)
             self.ledger.hold(key, self.keys[key], self, f"block {self.k}")
         if not self.swap:
+            self._watch(t, key, self)
             return ("keep", t)
         self.device.append(t)
+        self.device_keys.append(key)
         return ("swap", len(self.device) - 1)
 
     def unpack(self, packed):
         kind, value = packed
         if kind != "swap":
             return value
-        return self.back.result()[value]
+        copies = self.back.result()
+        t, copies[value] = copies[value], None  # autograd holds it from here, and frees it after use
+        self._watch(t, ("prefetched", self.k, self.device_keys[value]), (self, "back"))
+        return t
 
     @property
     def nbytes(self) -> int:
@@ -95,12 +125,13 @@ class _Saved:
         tensors = self.device
 
         def copy():
-            host = [t.detach().clone() for t in tensors]
-            tensors.clear()  # the device copies die with the transfer, as on a GPU
-            return host
+            return [t.detach().clone() for t in tensors]
 
         def done(host):
+            # The device copies die when the transfer ends, as on a GPU (and not before: the
+            # ledger holds their storages until then, so they must not be reused meanwhile).
             self.host = host
+            tensors.clear()
             self.device = []
             for key in list(self.keys):
                 self.ledger.release(key, self)
@@ -112,8 +143,8 @@ class _Saved:
 
         def start():
             after.result()
-            for key, nbytes in self.keys.items():
-                self.ledger.hold(key, nbytes, owner, f"prefetch of block {self.k}")
+            for key, nbytes in self.keys.items():  # new storages: keys of their own
+                self.ledger.hold(("prefetched", self.k, key), nbytes, owner, f"prefetch of block {self.k}")
 
         def copy():
             return [t.clone() for t in self.host]
@@ -174,10 +205,30 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
     host_side = isinstance(optimizer, HostWeights)
     if streamed and not host_side:
         raise KarmaError("streamed weights need a HostWeights optimizer (karma.runtime.streamed)")
-    units = list(chain.units.children())
-    # Tensors of the previous step caught in reference cycles (autograd nodes and hook closures)
-    # would otherwise live until Python's collector runs, at a different moment each run.
+    # Tensors caught in reference cycles (autograd nodes and hook closures) live until Python's
+    # collector runs, at a different moment each run: collect before the step, not during it, so
+    # that its memory is the same every run.
     gc.collect()
+    with _collector_paused():
+        return _train_step(chain, plan, optimizer, batch, ledger, link, track)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger, link: EmulatedLink,
+                track: bool) -> StepReport:
+    units = list(chain.units.children())
+    streamed = plan.weights == "streamed"
+    host_side = isinstance(optimizer, HostWeights)
     start = time.perf_counter()
     ledger.start = start
     ledger.peak = ledger.used

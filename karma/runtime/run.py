@@ -28,7 +28,8 @@ from models.registry import build
 class RunResult:
     plan: Plan
     predicted: SimResult
-    reports: list[StepReport]
+    memory: StepReport  # the tracked step: every tensor counted (peak)
+    reports: list[StepReport]  # the timed steps
     label: str
 
     @property
@@ -65,5 +66,5 @@ def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None =
     predicted = simulate(profile, plan, hw, capacity_bytes)
     if not predicted.feasible:
         raise KarmaError(f"the simulator rejects this plan at {capacity_bytes / 1e6:.1f} MB: {predicted.reason}")
-    reports = run_steps(chain, plan, capacity_bytes, link_bw, steps)
-    return RunResult(plan, predicted, reports, f"measured on {hw.name}")
+    memory, reports = run_steps(chain, plan, capacity_bytes, link_bw, steps)
+    return RunResult(plan, predicted, memory, reports, f"measured on {hw.name}")
