@@ -161,3 +161,25 @@ def test_the_simulator_predicts_the_runtimes_peak_within_5_percent(case):
                          load("v100-abci"), capacity=math.inf).peak_bytes
     measured = run_steps(build(name, "tiny", 2, seed=0), plan, math.inf, 1e9, 1)[0].peak_bytes
     assert measured == pytest.approx(predicted, rel=0.05), plan.policies()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: run the check itself")
+def test_the_gpu_check_without_a_gpu_is_one_line(capsys):
+    from karma.runtime.gpu_check import main
+
+    assert main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["gpu_check: error: CUDA was asked for but no CUDA device is available"]
+
+
+def test_copies_on_the_cpu_are_exact_clones():
+    from karma.runtime.copies import copy_into, to_device, to_host
+
+    t = torch.randn(3, 4).t()
+    h = to_host(t)
+    assert torch.equal(h, t) and h.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+    d = to_device(h, torch.device("cpu"))
+    assert torch.equal(d, t) and d.data_ptr() != h.data_ptr()
+    w = torch.zeros(4, 3)
+    copy_into(w, h)
+    assert torch.equal(w, t)

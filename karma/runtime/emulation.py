@@ -77,16 +77,30 @@ def run_steps(chain, plan, capacity: float, link_bw: float, steps: int) -> tuple
 
 
 def validate(chain_factory, profile: Profile, strategies: list[str], capacity: float, link_bw: float,
-             steps: int = 3, memory_bw: float | None = None, headroom: float = 0.05) -> pd.DataFrame:
+             steps: int = 3, memory_bw: float | None = None, headroom: float = 0.05,
+             device: str = "cpu") -> pd.DataFrame:
     """Plan every strategy on the measured profile, simulate it and run it; one row per strategy.
 
     `chain_factory()` builds a fresh chain (same seed) for each strategy's run. Plans are
     made for `capacity` less `headroom` (the memory model's error, a few percent, must not
-    turn a planned fit into an OOM) and run under the full `capacity`.
+    turn a planned fit into an OOM) and run under the full `capacity`. On `device='cuda'`
+    the runs use the real GPU (karma/runtime/cuda.py; the caller caps its memory).
     """
     memory_bw = memory_bw or measure_memory_bandwidth()
     planned = capacity * (1 - headroom)
     hw = emulated_hardware(profile, link_bw, planned, memory_bw)
+    if device == "cuda":
+        from karma.runtime.cuda import require_cuda, run_cuda_steps
+
+        gpu = require_cuda()
+        hw = replace(hw, name=f"cuda ({torch.cuda.get_device_name(gpu)}, capped at {capacity / 1e9:.1f} GB)",
+                     description="this GPU, memory capped")
+
+        def run(chain, plan):
+            return run_cuda_steps(chain, plan, steps, gpu)
+    else:
+        def run(chain, plan):
+            return run_steps(chain, plan, capacity, link_bw, steps)
     rows = []
     for name in strategies:
         plan = get(name)(profile, hw, planned)
@@ -96,9 +110,11 @@ def validate(chain_factory, profile: Profile, strategies: list[str], capacity: f
                "capacity_MB": capacity / 1e6, "measured_s": None, "measured_peak_MB": None,
                "status": "ok" if sim.feasible else "OOM (simulated)",
                "source": f"measured on {hw.name}; predicted by the simulator on the measured profile"}
-        if sim.feasible:
+        if sim.feasible and device == "cuda" and plan.weights == "streamed":
+            row["status"] = "not run: streamed weights are not implemented on CUDA yet"
+        elif sim.feasible:
             try:
-                memory, timed = run_steps(chain_factory(), plan, capacity, link_bw, steps)
+                memory, timed = run(chain_factory(), plan)
                 row.update(measured_s=statistics.median(r.time for r in timed),
                            measured_peak_MB=memory.peak_bytes / 1e6)
             except DeviceOOM as err:

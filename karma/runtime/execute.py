@@ -28,7 +28,8 @@ from torch.utils.checkpoint import checkpoint
 from karma.errors import KarmaError
 from karma.plan import Plan
 from karma.profile import OPTIMIZER_STATE_FACTOR
-from karma.runtime.ledger import Ledger, LiveTracker
+from karma.runtime.copies import to_device, to_host
+from karma.runtime.ledger import DeviceOOM, Ledger, LiveTracker
 from karma.runtime.link import EmulatedLink
 from karma.runtime.optim import new_optimizer
 from karma.runtime.streamed import HostWeights
@@ -75,6 +76,7 @@ class _Saved:
         self.k, self.swap, self.ledger, self.params = k, swap, ledger, params
         self.device: list[torch.Tensor] = []
         self.device_keys: list[int] = []
+        self.place = torch.device("cpu")
         self.keys: dict[int, int] = {}
         self.host: list[torch.Tensor] | None = None
         self.back: Future | None = None
@@ -106,6 +108,7 @@ class _Saved:
             return ("keep", t)
         self.device.append(t)
         self.device_keys.append(key)
+        self.place = t.device
         return ("swap", len(self.device) - 1)
 
     def unpack(self, packed):
@@ -125,7 +128,7 @@ class _Saved:
         tensors = self.device
 
         def copy():
-            return [t.detach().clone() for t in tensors]
+            return [to_host(t) for t in tensors]
 
         def done(host):
             # The device copies die when the transfer ends, as on a GPU (and not before: the
@@ -147,7 +150,7 @@ class _Saved:
                 self.ledger.hold(("prefetched", self.k, key), nbytes, owner, f"prefetch of block {self.k}")
 
         def copy():
-            return [t.clone() for t in self.host]
+            return [to_device(h, self.place) for h in self.host]
 
         self.back = link.submit("h2d", self.nbytes, copy, "prefetch", self.k, on_start=start)
 
@@ -177,6 +180,16 @@ def _keep_bn_statistics(modules):
                     b.copy_(old)
 
     return contextlib.nullcontext(), recompute()
+
+
+@contextlib.contextmanager
+def _named_cuda_oom(tracker):
+    """On CUDA the capped caching allocator is the device's capacity: its OOM names the block too."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as err:
+        raise DeviceOOM(f"{tracker.where or 'step'}: CUDA out of memory under the capped allocator "
+                        f"({str(err).splitlines()[0][:120]})") from None
 
 
 class _Untracked(contextlib.nullcontext):
@@ -329,7 +342,7 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
 
         return hook
 
-    with tracker:
+    with tracker, _named_cuda_oom(tracker):
         x = inputs
         for k, b in enumerate(blocks):
             for j in range(0, k - depth + 1):

@@ -31,6 +31,7 @@ class _Job:
     block: int
     on_start: Callable[[], None] | None
     on_end: Callable[[object], None] | None = None
+    ready: object = None  # CudaLink: an event on the compute stream the copy must wait for
 
 
 class EmulatedLink:
@@ -63,12 +64,28 @@ class EmulatedLink:
         """Run `work` (the copy) on `direction`'s queue; the future resolves after the emulated
         transfer time and after `on_end(result)` (so whoever waits on it sees its effects)."""
         future: Future = Future()
-        job = _Job(nbytes, work, future, op, block, on_start, on_end)
+        job = _Job(nbytes, work, future, op, block, on_start, on_end, self._ready())
         self._queues[self._queue_name(direction)].put((direction, job))
         return future
 
-    def _serve(self, name: str) -> None:
+    def _ready(self) -> object:
+        """What a copy submitted now must wait for before it starts (nothing here: the CPU is in order)."""
+        return None
+
+    def _transfer(self, direction: str, job: _Job, begin: float) -> object:
+        """Do the copy, then wait until the emulated transfer would end."""
+        result = job.work()
+        deadline = begin + self.latency + job.nbytes / self.bw[direction]
+        delay = deadline - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        return result
+
+    def _worker_setup(self) -> None:
         torch.set_num_threads(1)
+
+    def _serve(self, name: str) -> None:
+        self._worker_setup()
         q = self._queues[name]
         while True:
             item = q.get()
@@ -79,11 +96,7 @@ class EmulatedLink:
             try:
                 if job.on_start:
                     job.on_start()
-                result = job.work()
-                deadline = begin + self.latency + job.nbytes / self.bw[direction]
-                delay = deadline - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
+                result = self._transfer(direction, job, begin)
                 end = time.perf_counter()
                 with self._lock:
                     self.events.append(Event(self._queue_name(direction), job.op, job.block, begin - self.start,

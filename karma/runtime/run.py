@@ -10,9 +10,7 @@ emulated device with its link bandwidth.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
-
-import torch
+from dataclasses import dataclass, replace
 
 from karma.errors import KarmaError
 from karma.plan import Plan
@@ -43,21 +41,29 @@ def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None =
     """Plan for the capacity less `headroom` (the memory model's few-percent error must not
     turn a planned fit into an OOM), check the plan with the simulator, run it under the
     full capacity."""
-    if device == "cuda":
-        if not torch.cuda.is_available():
-            raise KarmaError("CUDA was asked for but no CUDA device is available")
-        raise KarmaError("the runtime's CUDA path is not implemented yet; use --device cpu (emulated device)")
+    if device not in ("cpu", "cuda"):
+        raise KarmaError(f"device must be cpu or cuda, got {device!r}")
     if steps < 1:
         raise KarmaError(f"steps must be a positive integer, got {steps}")
-    chain = build(model, size, batch, seed=1)
-    profile = measured_profile(build(model, size, batch, seed=1), reps=2)
+    gpu = None
+    if device == "cuda":
+        from karma.runtime import cuda
+
+        gpu = cuda.require_cuda()
+    chain = build(model, size, batch, seed=1, device=gpu or "cpu")
+    profile = measured_profile(build(model, size, batch, seed=1, device=gpu or "cpu"), reps=2)
+    if gpu is not None:
+        link_bw = cuda.measure_link(gpu)
     link_bw = link_bw or default_link_bandwidth(profile)
     if capacity_bytes is None:
         if not capacity_fraction or capacity_fraction <= 0:
             raise KarmaError("give a positive capacity (fraction of the in-core footprint, or bytes)")
         capacity_bytes = profile.in_core_peak_bytes() * capacity_fraction
     planned = capacity_bytes * (1 - headroom)
-    hw = emulated_hardware(profile, link_bw, planned, measure_memory_bandwidth())
+    hw = emulated_hardware(profile, link_bw, planned,
+                           cuda.measure_memory_bandwidth(gpu) if gpu is not None else measure_memory_bandwidth())
+    if gpu is not None:
+        hw = replace(hw, name=f"cuda (link {link_bw / 1e9:.1f} GB/s measured)", description="this GPU, capped")
     if plan is None:
         plan = get(strategy or "karma")(profile, hw, planned)
     elif plan.units != len(chain) or plan.model != model or plan.batch != chain.batch:
@@ -66,5 +72,9 @@ def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None =
     predicted = simulate(profile, plan, hw, capacity_bytes)
     if not predicted.feasible:
         raise KarmaError(f"the simulator rejects this plan at {capacity_bytes / 1e6:.1f} MB: {predicted.reason}")
+    if gpu is not None:
+        cuda.cap_memory(capacity_bytes, gpu)
+        memory, reports = cuda.run_cuda_steps(chain, plan, steps, gpu)
+        return RunResult(plan, predicted, memory, reports, f"measured on {reports[0].device}")
     memory, reports = run_steps(chain, plan, capacity_bytes, link_bw, steps)
     return RunResult(plan, predicted, memory, reports, f"measured on {hw.name}")

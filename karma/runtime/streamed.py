@@ -18,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 
 from karma.plan import Plan
+from karma.runtime.copies import copy_into, to_host
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
 from karma.runtime.optim import new_optimizer
@@ -44,7 +45,7 @@ class HostWeights:
             for p in params:
                 owner.setdefault(id(p), k)
         self.owned = [[p for p in params if owner[id(p)] == k] for k, params in enumerate(self.uses)]
-        self.master = {id(p): p.detach().clone() for params in self.uses for p in params}
+        self.master = {id(p): to_host(p) for params in self.uses for p in params}
         self.optimizers = [new_optimizer(chain.optimizer, [self.master[id(p)] for p in owned], lr) if owned else None
                            for owned in self.owned]
         self.host = ThreadPoolExecutor(max_workers=1, thread_name_prefix="host-optimizer")
@@ -69,9 +70,8 @@ class HostWeights:
                 ledger.hold(("weight", id(p)), p.numel() * p.element_size(), ("weights", k), f"weights of block {k}")
 
         def copy():
-            with torch.no_grad():
-                for p in params:
-                    p.copy_(self.master[id(p)])
+            for p in params:
+                copy_into(p, self.master[id(p)])
 
         return link.submit("h2d", nbytes, copy, "upload weights", k, on_start=start)
 
@@ -93,7 +93,7 @@ class HostWeights:
 
         def copy():
             for p in owned:
-                self.master[id(p)].grad = p.grad.detach().clone() if p.grad is not None else None
+                self.master[id(p)].grad = to_host(p.grad) if p.grad is not None else None
                 p.grad = None
 
         def update(_future):
@@ -124,9 +124,8 @@ class HostWeights:
             params = self.uses[k]
 
             def copy():
-                with torch.no_grad():
-                    for p in params:
-                        p.copy_(self.master[id(p)])
+                for p in params:
+                    copy_into(p, self.master[id(p)])
 
             nbytes = sum(p.numel() * p.element_size() for p in params)
             self.refreshed.append(self.link.submit("h2d", nbytes, copy, "upload weights", k))

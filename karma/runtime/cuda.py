@@ -1,0 +1,141 @@
+"""The runtime on a real CUDA device: copy streams, pinned host buffers, events, a capped device.
+
+The step is the same `train_step` as on the emulated device (karma/runtime/execute.py); only
+the link and the memory accounting change:
+
+* `CudaLink` has EmulatedLink's interface (`submit` -> Future, in-order queues per direction,
+  one shared queue when half duplex) but each queue's worker thread copies on its own CUDA
+  stream: the copy first waits for an event recorded on the compute stream when it was
+  submitted (so it reads finished data), copies between the device and pinned host buffers
+  (karma/runtime/copies.py), and the future resolves once an event after the copy has
+  completed. Tensors it brings up are marked as used by the compute stream for the caching
+  allocator. Its timeline is wall-clock time on the copy threads.
+* Capacity: `torch.cuda.set_per_process_memory_fraction(capacity / total)`, so a big GPU plays
+  a 16 GB V100; an allocation past it raises torch.cuda.OutOfMemoryError, reported as the
+  runtime's DeviceOOM naming the block that was running.
+* Peak: the caching allocator's own `max_memory_allocated` over the step (reset before it),
+  so no per-tensor tracking runs (`track=False`).
+
+NOT YET RUN ON A GPU: no GPU was lent to the session that wrote it (see the README).
+`python -m karma.runtime.gpu_check` is the script to run when one is.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from karma.errors import KarmaError
+from karma.runtime.link import EmulatedLink, _Job
+
+
+def require_cuda() -> torch.device:
+    if not torch.cuda.is_available():
+        raise KarmaError("CUDA was asked for but no CUDA device is available")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def cap_memory(capacity: float, device: torch.device) -> float:
+    """Cap the caching allocator at `capacity` bytes; returns the fraction set."""
+    total = torch.cuda.get_device_properties(device).total_memory
+    if capacity > total:
+        raise KarmaError(f"capacity {capacity / 1e9:.2f} GB exceeds the device's {total / 1e9:.2f} GB")
+    fraction = capacity / total
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    torch.cuda.empty_cache()
+    return fraction
+
+
+class CudaLink(EmulatedLink):
+    """Real host<->device copies on CUDA streams behind the emulated link's interface."""
+
+    def __init__(self, device: torch.device, duplex: str = "full"):
+        self.device = device
+        self.compute = torch.cuda.current_stream(device)
+        names = ["link"] if duplex == "half" else ["h2d", "d2h"]
+        self.streams = {n: torch.cuda.Stream(device) for n in names}
+        super().__init__(float("inf"), float("inf"), 0.0, duplex)
+
+    @property
+    def label(self) -> str:
+        return f"cuda ({torch.cuda.get_device_name(self.device)}, real copy streams)"
+
+    def _ready(self) -> object:
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def _worker_setup(self) -> None:
+        torch.set_num_threads(1)
+        torch.cuda.set_device(self.device)
+
+    def _transfer(self, direction: str, job: _Job, begin: float) -> object:
+        stream = self.streams[self._queue_name(direction)]
+        with torch.cuda.stream(stream):
+            stream.wait_event(job.ready)
+            result = job.work()
+            done = torch.cuda.Event()
+            done.record(stream)
+        done.synchronize()
+        for t in result if isinstance(result, list) else []:
+            if isinstance(t, torch.Tensor) and t.is_cuda:
+                t.record_stream(self.compute)  # used (and freed) on the compute stream from here
+        return result
+
+
+def peak_of_step(device: torch.device, step) -> tuple[object, int]:
+    """Run `step()` with the allocator's peak reset; returns (its result, the peak bytes)."""
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    result = step()
+    torch.cuda.synchronize(device)
+    return result, torch.cuda.max_memory_allocated(device)
+
+
+def measure_link(device: torch.device, nbytes: int = 256 << 20, reps: int = 3) -> float:
+    """Bytes/s of a pinned host -> device copy (the h2d figure the plans are made for)."""
+    host = torch.empty(nbytes // 4, pin_memory=True)
+    dev = torch.empty(nbytes // 4, device=device)
+    times = []
+    for _ in range(reps + 1):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dev.copy_(host, non_blocking=True)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return nbytes / sorted(times[1:])[len(times[1:]) // 2]
+
+
+def measure_memory_bandwidth(device: torch.device, nbytes: int = 512 << 20) -> float:
+    """Bytes/s of a device-to-device copy (read + write), for the optimizer step's time."""
+    src, dst = torch.empty(nbytes // 4, device=device), torch.empty(nbytes // 4, device=device)
+    dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    dst.copy_(src)
+    end.record()
+    end.synchronize()
+    return 2 * nbytes / (start.elapsed_time(end) / 1e3)
+
+
+def run_cuda_steps(chain, plan, steps: int, device: torch.device):
+    """A warm-up and `steps` timed steps on the GPU; returns (the step with the highest allocator
+    peak, the timed steps), like emulation.run_steps. Resident weights only: streamed weights
+    would need their device storage freed between uploads, which this path does not do yet."""
+    from dataclasses import replace
+
+    from karma.runtime.execute import make_optimizer, train_step
+    from karma.runtime.ledger import Ledger
+
+    if plan.weights == "streamed":
+        raise KarmaError("streamed weights are not implemented on CUDA yet (their device storage is not freed "
+                         "between uploads); use a resident-weights plan or the emulated device")
+    optimizer = make_optimizer(chain)
+    reports = []
+    with CudaLink(device) as link:
+        for s in range(steps + 1):
+            batch = chain.make_batch(seed=s, device=device)
+            report, peak = peak_of_step(device, lambda batch=batch: train_step(
+                chain, plan, optimizer, batch, Ledger(float("inf")), link, track=False))
+            reports.append(replace(report, peak_bytes=peak))
+    return max(reports, key=lambda r: r.peak_bytes), reports[1:]
