@@ -21,7 +21,7 @@ def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
     first, last = units[0], units[-1]
     own = sum(u.saved_bytes for u in units) - sum(profile.shared_boundary_bytes(i) for i in range(start, stop - 1))
     transient = max(backward_transient(profile.units, i) for i in range(start, stop))
-    grad_out = 0 if stop == len(profile.units) else last.output_bytes
+    grad_out = 0 if stop == len(profile.units) else last.output_bytes  # as backward_transient
     return UnitProfile(
         name=f"{first.name}..{last.name}" if stop - start > 1 else first.name,
         forward_time=sum(u.forward_time for u in units),
@@ -40,7 +40,7 @@ def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
         buffer_bytes=sum(u.buffer_bytes for u in units),
         optimizer_bytes=sum(u.optimizer_bytes for u in units),
         workspace_bytes=max(u.workspace_bytes for u in units),
-        backward_workspace_bytes=transient - grad_out - first.input_bytes,
+        backward_workspace_bytes=transient - grad_out - (first.input_bytes if start else 0),
     )
 
 

@@ -4,6 +4,7 @@ import math
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from karma import strategy
 from karma.bound import lower_bound
@@ -131,3 +132,20 @@ def test_plan_for_another_model_is_refused(tiny_profile):
     other = from_policies("other", 1, ["keep"] * (len(profile.units) + 1))
     with pytest.raises(KarmaError, match="plan is for"):
         simulate(profile, other, hw)
+
+
+@settings(max_examples=40, deadline=None)
+@given(chains(max_units=6), st.data())
+def test_a_merged_group_keeps_its_largest_backward_transient(case, data):
+    """The planner searches merged groups: a group's backward must hold what its worst unit holds
+    (the first unit's input is the batch, the last ends in the loss: neither has that gradient)."""
+    from karma.coarsen import merge
+    from karma.profile import backward_transient
+
+    profile, _, _ = case
+    n = len(profile.units)
+    start = data.draw(st.integers(0, n - 1))
+    stop = data.draw(st.integers(start + 1, n))
+    merged = merge(profile, start, stop)
+    groups = list(profile.units[:start]) + [merged] + list(profile.units[stop:])
+    assert backward_transient(groups, start) == max(backward_transient(profile.units, i) for i in range(start, stop))

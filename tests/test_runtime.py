@@ -183,3 +183,13 @@ def test_copies_on_the_cpu_are_exact_clones():
     w = torch.zeros(4, 3)
     copy_into(w, h)
     assert torch.equal(w, t)
+
+
+def test_a_block_holding_both_users_of_a_tied_weight_updates_it_once():
+    """GPT's embedding and head share wte: one block over the whole chain must still step it once
+    (it was listed twice, stepped twice and its gradient dropped: found by the property test)."""
+    n = len(build("megatron-1.2b", "tiny", device="meta"))
+    plan = from_policies("megatron-1.2b", 2, ["recompute"] * n, weights="streamed")
+    ref, run, _ = train_both("megatron-1.2b", plan)
+    for (key, a), b in zip(ref.units.state_dict().items(), run.units.state_dict().values(), strict=True):
+        assert torch.equal(a, b), key

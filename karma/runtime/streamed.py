@@ -39,7 +39,9 @@ class HostWeights:
         and `link` carries each block's updated weights back up after its update (in the gap
         before the next forward)."""
         units = list(chain.units.children())
-        self.uses = [[p for i in b.units for p in units[i].parameters()] for b in plan.blocks]
+        # each weight once per block, even when two of its units share it (a tied weight)
+        self.uses = [list({id(p): p for i in b.units for p in units[i].parameters()}.values())
+                     for b in plan.blocks]
         owner: dict[int, int] = {}
         for k, params in enumerate(self.uses):  # the first block in forward order is the last in backward
             for p in params:
