@@ -20,10 +20,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import traceback
-from pathlib import Path
 
 import torch
+
+from karma.mpi_job import abort, write_atomically
 
 
 def layout(comm, tp: int):
@@ -160,24 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = train(args, comm)
     except Exception as err:  # one line per failing rank, then the whole job ends
-        from karma.errors import KarmaError
-
-        detail = str(err) if isinstance(err, KarmaError) else traceback.format_exc(limit=1).strip().splitlines()[-1]
-        print(f"rank {comm.rank}: error: {detail}", file=sys.stderr, flush=True)
-        # mpiexec forwards a rank's stderr asynchronously and an abort can tear the forwarder
-        # down first (a fresh-clone CI run lost the line once): give it a moment.
-        time.sleep(0.5)
-        comm.Abort(1)
-        return 1
+        return abort(comm, err)
     if comm.rank == 0:
         median = sorted(result["times"])[len(result["times"]) // 2]
         print(f"tp {args.tp} x dp {result['dp']}: median step {median:.4f} s "
               f"[measured on cpu, {comm.size} MPI ranks]" + (f"; check {result['check']}" if args.check else ""))
         if args.out:
-            out = Path(args.out)
-            tmp = out.with_suffix(out.suffix + ".tmp")
-            torch.save(result, tmp)
-            tmp.replace(out)
+            write_atomically(args.out, lambda tmp: torch.save(result, tmp))
     comm.Barrier()
     return 0
 

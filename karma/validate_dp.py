@@ -17,9 +17,10 @@ import statistics
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import torch
+
+from karma.mpi_job import write_atomically
 
 
 def time_allreduce(comm, nbytes: int, reps: int = 5) -> float:
@@ -84,10 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         df = pd.DataFrame(rows)
         df["naive_over_pipelined_measured"] = measured["naive"] / measured["pipelined"]
         df["naive_over_pipelined_predicted"] = df.predicted_s.iloc[1] / df.predicted_s.iloc[0]
-        out = Path(args.out)
-        tmp = out.with_suffix(".tmp")
-        df.to_csv(tmp, index=False)
-        tmp.replace(out)
+        write_atomically(args.out, lambda tmp: df.to_csv(tmp, index=False))
         print(df.drop(columns=["source"]).to_string())
     comm.Barrier()
     return 0

@@ -18,9 +18,10 @@ import argparse
 import statistics
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import torch
+
+from karma.mpi_job import write_atomically
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,10 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         df = pd.DataFrame(rows)
         df["tp_over_dp_measured"] = df.measured_s.iloc[1] / df.measured_s.iloc[0]
         df["tp_over_dp_predicted"] = df.predicted_s.iloc[1] / df.predicted_s.iloc[0]
-        out = Path(args.out)
-        tmp = out.with_suffix(".tmp")
-        df.to_csv(tmp, index=False)
-        tmp.replace(out)
+        write_atomically(args.out, lambda tmp: df.to_csv(tmp, index=False))
         print(df.drop(columns=["source"]).to_string())
     comm.Barrier()
     return 0

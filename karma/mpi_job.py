@@ -1,0 +1,35 @@
+"""What every MPI entry point of the suite does the same way: fail loudly, write atomically.
+
+A rank that raises prints one line (``rank R: error: ...``; a KarmaError's own message, else
+the exception's last line) and aborts the whole job, so no rank hangs in a collective;
+results are written to a temporary file and renamed, so nothing half-written is left.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+
+def abort(comm, err: BaseException) -> int:
+    from karma.errors import KarmaError
+
+    detail = str(err) if isinstance(err, KarmaError) else traceback.format_exc(limit=1).strip().splitlines()[-1]
+    print(f"rank {comm.rank}: error: {detail}", file=sys.stderr, flush=True)
+    # mpiexec forwards a rank's stderr asynchronously and an abort can tear the forwarder
+    # down first (a fresh-clone CI run lost the line once): give it a moment.
+    time.sleep(0.5)
+    comm.Abort(1)
+    return 1
+
+
+def write_atomically(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """`write(tmp)` then rename tmp to `path`."""
+    out = Path(path)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    write(tmp)
+    tmp.replace(out)
+    return out
