@@ -229,6 +229,7 @@ def whatif_figure(ratios: pd.DataFrame, out: Path) -> None:
 
     for ax in grid.axes.flat:
         ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set_yticks([0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3])
         ax.yaxis.set_major_formatter(FormatStrFormatter("%.2g"))
         ax.yaxis.set_minor_formatter(NullFormatter())
     grid.set_axis_labels("GPUs", "KARMA / best Megatron (throughput)")
