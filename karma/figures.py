@@ -238,3 +238,24 @@ def whatif_figure(ratios: pd.DataFrame, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     grid.figure.savefig(out, dpi=150, bbox_inches="tight")
     plt.close(grid.figure)
+
+
+def memory_vs_batch_figure(table: pd.DataFrame, hardware: str, capacity_gb: float, out: Path) -> None:
+    """In-core peak against batch size, a line per model, the device memory as a line."""
+    plt = _pyplot()
+    import seaborn as sns
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    sns.lineplot(data=table, x="batch", y="in_core_peak_GB", hue="model", marker=".", ax=ax)
+    paper = table[table.paper_batch]
+    ax.scatter(paper.batch, paper.in_core_peak_GB, color="black", marker="x", zorder=3, label="paper batch")
+    ax.axhline(capacity_gb, color="grey", ls="--", lw=1)
+    ax.text(table.batch.min(), capacity_gb * 1.08, f"{hardware}: {capacity_gb:.0f} GB", fontsize=7, color="grey")
+    ax.set(xscale="log", yscale="log", xlabel="batch size (sequences or images)",
+           ylabel="in-core peak memory (GB)",
+           title=f"Memory of plain training vs batch (simulated: analytic profiles, {hardware})")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7, ncol=2)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=150, bbox_inches="tight")
+    plt.close(fig)

@@ -68,3 +68,29 @@ def markdown_report(title: str, intro: list[str], table: pd.DataFrame) -> str:
         return "\n".join([f"# {title}", "", *intro, "", to_markdown(table)]) + "\n"
     body = to_markdown(table.drop(columns=["source"], errors="ignore"))
     return "\n".join([f"# {title}", "", *intro, "", body, "", f"Source: {sources[0] if sources else ''}"]) + "\n"
+
+
+def memory_vs_batch(profiles: list[Profile], hw: Hardware, points: int = 12) -> pd.DataFrame:
+    """In-core peak of each model from batch 1 to 1.5x its paper batch: exact at batch 1 and at the
+    paper batch (analytic profiles), linear between and beyond (karma.scaling.interpolate)."""
+    import numpy as np
+
+    from karma.profile_analytic import analytic_profile
+    from karma.scaling import interpolate
+    from models.registry import build
+
+    rows = []
+    for big in profiles:
+        one = analytic_profile(build(big.model, big.size, 1, device="meta"), hw)
+        if big.batch == 1:  # one point only: nothing to draw a line through
+            rows.append({"model": big.model, "batch": 1, "in_core_peak_GB": big.in_core_peak_bytes() / 1e9,
+                         "paper_batch": True, "source": f"simulated: analytic profile on {hw.name}"})
+            continue
+        top = int(big.batch * 1.5)
+        batches = sorted(set(np.unique(np.geomspace(1, top, points).round().astype(int)).tolist()) | {big.batch})
+        for b in batches:
+            peak = interpolate(one, big, b).in_core_peak_bytes() if b != 1 else one.in_core_peak_bytes()
+            rows.append({"model": big.model, "batch": b, "in_core_peak_GB": peak / 1e9, "paper_batch": b == big.batch,
+                         "source": f"simulated: analytic profiles on {hw.name} at batch 1 and {big.batch}, "
+                                   f"linear in the batch between and beyond"})
+    return pd.DataFrame(rows)

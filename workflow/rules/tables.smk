@@ -11,6 +11,9 @@ rule footprint_table:
         md="results/tables/footprint.md",
         measured="results/tables/measured_profiles.csv",
         figure=report("results/figures/footprint.png", caption="../report/footprint.rst", category="0. Models"),
+        batch_csv="results/tables/memory_vs_batch.csv",
+        batch_figure=report("results/figures/memory_vs_batch.png", caption="../report/memory_vs_batch.rst",
+                            category="0. Models"),
     log:
         "logs/footprint_table.log",
     params:

@@ -6,10 +6,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
-from karma.figures import footprint_figure  # noqa: E402
+from karma.figures import footprint_figure, memory_vs_batch_figure  # noqa: E402
 from karma.hardware import load  # noqa: E402
 from karma.profile import Profile  # noqa: E402
-from karma.tables import footprint_rows, measured_rows, to_markdown  # noqa: E402
+from karma.tables import footprint_rows, measured_rows, memory_vs_batch, to_markdown  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
@@ -27,4 +27,7 @@ with logged(sm):
         f"# Small presets measured on this machine\n\n{to_markdown(measured)}\n"
     )
     footprint_figure(paper, hw.name, Path(sm.output.figure))
+    curves = memory_vs_batch([Profile.from_json(p) for p in sm.input.analytic], hw)
+    curves.to_csv(sm.output.batch_csv, index=False)
+    memory_vs_batch_figure(curves, hw.name, hw.device_memory / 1e9, Path(sm.output.batch_figure))
     print(to_markdown(paper))
