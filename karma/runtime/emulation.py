@@ -86,19 +86,21 @@ def validate(chain_factory, profile: Profile, strategies: list[str], capacity: f
     turn a planned fit into an OOM) and run under the full `capacity`. On `device='cuda'`
     the runs use the real GPU (karma/runtime/cuda.py; the caller caps its memory).
     """
-    memory_bw = memory_bw or measure_memory_bandwidth()
     planned = capacity * (1 - headroom)
-    hw = emulated_hardware(profile, link_bw, planned, memory_bw)
     if device == "cuda":
+        from karma.runtime.cuda import measure_memory_bandwidth as gpu_memory_bandwidth
         from karma.runtime.cuda import require_cuda, run_cuda_steps
 
         gpu = require_cuda()
+        hw = emulated_hardware(profile, link_bw, planned, memory_bw or gpu_memory_bandwidth(gpu))
         hw = replace(hw, name=f"cuda ({torch.cuda.get_device_name(gpu)}, capped at {capacity / 1e9:.1f} GB)",
                      description="this GPU, memory capped")
 
         def run(chain, plan):
             return run_cuda_steps(chain, plan, steps, gpu)
     else:
+        hw = emulated_hardware(profile, link_bw, planned, memory_bw or measure_memory_bandwidth())
+
         def run(chain, plan):
             return run_steps(chain, plan, capacity, link_bw, steps)
     rows = []

@@ -12,6 +12,7 @@ rule validate_runtime:
         steps=config["runtime"]["steps"],
         strategies=config["runtime"]["strategies"],
         link_mbs=config["runtime"].get("link_mbs"),
+        device=config["runtime"].get("device", "cpu"),
     threads: 2
     resources:
         measuring=1,

@@ -17,12 +17,24 @@ with logged(sm):
 
     torch.set_num_threads(1)  # compute on one core, the link's workers on the other (FACTS.md)
     model, batch = sm.wildcards.model, sm.params.batch or None
-    profile = measured_profile(build(model, "small", batch), reps=3)
-    link = sm.params.link_mbs * 1e6 if sm.params.link_mbs else default_link_bandwidth(profile)
+    device = sm.params.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    where = "cpu"
+    if device == "cuda":
+        from karma.runtime import cuda
+
+        where = cuda.require_cuda()
+    profile = measured_profile(build(model, "small", batch, device=where), reps=3)
     capacity = profile.in_core_peak_bytes() * sm.params.fraction
+    if device == "cuda":
+        cuda.cap_memory(capacity, where)
+        link = cuda.measure_link(where)
+    else:
+        link = sm.params.link_mbs * 1e6 if sm.params.link_mbs else default_link_bandwidth(profile)
     print(f"{model} small batch {profile.batch}: link {link / 1e6:.1f} MB/s, capacity {capacity / 1e6:.1f} MB "
           f"({sm.params.fraction} of the in-core {profile.in_core_peak_bytes() / 1e6:.1f} MB)")
-    table = validate(lambda: build(model, "small", batch, seed=1), profile, list(sm.params.strategies), capacity,
-                     link, steps=sm.params.steps)
+    table = validate(lambda: build(model, "small", batch, seed=1, device=where), profile, list(sm.params.strategies),
+                     capacity, link, steps=sm.params.steps, device=device)
     table.to_csv(sm.output[0], index=False)
     print(to_markdown(table.drop(columns=["source"])))
