@@ -16,11 +16,14 @@ the link and the memory accounting change:
 * Peak: the caching allocator's own `max_memory_allocated` over the step (reset before it),
   so no per-tensor tracking runs (`track=False`).
 
-NOT YET RUN ON A GPU: no GPU was lent to the session that wrote it (see the README).
-`python -m karma.runtime.gpu_check` is the script to run when one is.
+First run on a GPU (H200 capped at 16 GB, 2026-11-29): docs/measurements/. Streamed weights
+are not supported here yet. `python -m karma.runtime.gpu_check` is the check to run.
 """
 
 from __future__ import annotations
+
+import gc
+import os
 
 import torch
 
@@ -29,6 +32,9 @@ from karma.runtime.link import EmulatedLink, _Job
 
 
 def require_cuda() -> torch.device:
+    # Under a cap the default allocator's fragmentation matters: on an H200 capped at 16 GB a plan
+    # predicted at 15.0 GB hit OOM with it and ran (14.9 GB peak) with expandable segments.
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     if not torch.cuda.is_available():
         raise KarmaError("CUDA was asked for but no CUDA device is available")
     return torch.device("cuda", torch.cuda.current_device())
@@ -130,6 +136,8 @@ def run_cuda_steps(chain, plan, steps: int, device: torch.device):
     if plan.weights == "streamed":
         raise KarmaError("streamed weights are not implemented on CUDA yet (their device storage is not freed "
                          "between uploads); use a resident-weights plan or the emulated device")
+    gc.collect()  # the previous run's blocks back to the allocator, not counted against this cap
+    torch.cuda.empty_cache()
     optimizer = make_optimizer(chain)
     reports = []
     with CudaLink(device) as link:

@@ -14,11 +14,15 @@ Without a GPU it exits with one line. Not part of CI (no GPU there).
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from pathlib import Path
 
 STRATEGIES = ["checkpoint", "superneurons", "vdnn", "karma"]
+SHOWN = ["model", "strategy", "plan", "predicted_s", "measured_s", "measured_over_predicted", "predicted_peak_MB",
+         "measured_peak_MB", "peak_measured_over_predicted", "karma_speedup_measured", "karma_speedup_predicted",
+         "status"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,20 +57,31 @@ def main(argv: list[str] | None = None) -> int:
             def factory(model=model):
                 return build(model, args.size, seed=1, device=device)
 
-            profile = measured_profile(factory(), reps=2)
+            # Profile one unit at a time without the cap (a profile is not the run), then cap.
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+            try:
+                profile = measured_profile(factory(), reps=2)
+            except torch.cuda.OutOfMemoryError:
+                print(f"{model}: a unit does not fit the whole GPU to be profiled; skipped", flush=True)
+                continue
+            finally:
+                gc.collect()
+                torch.cuda.empty_cache()
             print(f"{model}: profiled ({time.perf_counter() - start:.0f} s)", flush=True)
-            tables.append(validate(factory, profile, args.strategies, capacity, link, args.steps, memory_bw,
-                                   device="cuda"))
+            cuda.cap_memory(capacity, device)
+            table = validate(factory, profile, args.strategies, capacity, link, args.steps, memory_bw, device="cuda")
+            print(table[SHOWN].to_string(index=False, float_format=lambda v: f"{v:.3f}"), flush=True)
             print(f"{model}: ran {len(args.strategies)} strategies ({time.perf_counter() - start:.0f} s)", flush=True)
+            tables.append(table)
+            gc.collect()
+            torch.cuda.empty_cache()
     except KarmaError as err:
         print(f"gpu_check: error: {err}", file=sys.stderr)
         return 2
+    if not tables:
+        return 1
     table = pd.concat(tables, ignore_index=True)
-    shown = ["model", "strategy", "plan", "predicted_s", "measured_s", "measured_over_predicted",
-             "predicted_peak_MB", "measured_peak_MB", "peak_measured_over_predicted", "karma_speedup_measured",
-             "karma_speedup_predicted", "status"]
-    print(table[shown].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"[measured on {table.source.iloc[0]}] in {time.perf_counter() - start:.0f} s")
+    print(f"[{table.source.iloc[0]}] in {time.perf_counter() - start:.0f} s")
     if args.out:
         table.to_csv(Path(args.out), index=False)
     return 0
