@@ -182,6 +182,11 @@ def _keep_bn_statistics(modules):
     return contextlib.nullcontext(), recompute()
 
 
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 @contextlib.contextmanager
 def _named_cuda_oom(tracker):
     """On CUDA the capped caching allocator is the device's capacity: its OOM names the block too."""
@@ -242,6 +247,8 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
     units = list(chain.units.children())
     streamed = plan.weights == "streamed"
     host_side = isinstance(optimizer, HostWeights)
+    device = next(chain.units.parameters()).device
+    _synchronize(device)
     start = time.perf_counter()
     ledger.start = start
     ledger.peak = ledger.used
@@ -395,6 +402,7 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
         optimizer.zero_grad(set_to_none=True)
         record("optimizer step", 0, t0)
     ledger.release_all("weights")
+    _synchronize(device)  # a GPU step ends when its kernels do, not when they are launched
     end = time.perf_counter() - start
     timeline = sorted(compute + link.events, key=lambda e: e.start)
     return StepReport(loss=value, time=end, peak_bytes=ledger.peak, bytes_h2d=link.bytes["h2d"],
