@@ -16,8 +16,8 @@ the link and the memory accounting change:
 * Peak: the caching allocator's own `max_memory_allocated` over the step (reset before it),
   so no per-tensor tracking runs (`track=False`).
 
-First run on a GPU (H200 capped at 16 GB, 2026-11-29): docs/measurements/. Streamed weights
-are not supported here yet. `python -m karma.runtime.gpu_check` is the check to run.
+First run on a GPU (H200 capped at 16 GB, 2026-11-29): docs/measurements/.
+`python -m karma.runtime.gpu_check` is the check to run.
 """
 
 from __future__ import annotations
@@ -126,24 +126,26 @@ def measure_memory_bandwidth(device: torch.device, nbytes: int = 512 << 20) -> f
 
 def run_cuda_steps(chain, plan, steps: int, device: torch.device):
     """A warm-up and `steps` timed steps on the GPU; returns (the step with the highest allocator
-    peak, the timed steps), like emulation.run_steps. Resident weights only: streamed weights
-    would need their device storage freed between uploads, which this path does not do yet."""
+    peak, the timed steps), like emulation.run_steps."""
     from dataclasses import replace
 
     from karma.runtime.execute import make_optimizer, train_step
     from karma.runtime.ledger import Ledger
+    from karma.runtime.streamed import HostWeights
 
-    if plan.weights == "streamed":
-        raise KarmaError("streamed weights are not implemented on CUDA yet (their device storage is not freed "
-                         "between uploads); use a resident-weights plan or the emulated device")
     gc.collect()  # the previous run's blocks back to the allocator, not counted against this cap
     torch.cuda.empty_cache()
-    optimizer = make_optimizer(chain)
+    # streamed weights: host masters and optimizers; the device copies exist only while uploaded
+    optimizer = HostWeights(chain, plan) if plan.weights == "streamed" else make_optimizer(chain)
     reports = []
-    with CudaLink(device) as link:
-        for s in range(steps + 1):
-            batch = chain.make_batch(seed=s, device=device)
-            report, peak = peak_of_step(device, lambda batch=batch: train_step(
-                chain, plan, optimizer, batch, Ledger(float("inf")), link, track=False))
-            reports.append(replace(report, peak_bytes=peak))
+    try:
+        with CudaLink(device) as link:
+            for s in range(steps + 1):
+                batch = chain.make_batch(seed=s, device=device)
+                report, peak = peak_of_step(device, lambda batch=batch: train_step(
+                    chain, plan, optimizer, batch, Ledger(float("inf")), link, track=False))
+                reports.append(replace(report, peak_bytes=peak))
+    finally:
+        if isinstance(optimizer, HostWeights):
+            optimizer.close()
     return max(reports, key=lambda r: r.peak_bytes), reports[1:]

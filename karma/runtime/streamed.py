@@ -12,6 +12,7 @@ update as the resident one, so training is bitwise identical.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -24,6 +25,35 @@ from karma.runtime.link import EmulatedLink
 from karma.runtime.optim import new_optimizer
 from karma.unit_trace import storage_bytes, storage_key
 from models.chain import ChainModel
+
+
+class _DeviceCopies:
+    """Which streamed weights have a device copy. On CUDA a weight's device storage exists only
+    while some block holds it: an upload allocates it (on the copy stream, marked for the compute
+    stream), the last eviction frees it (`p.data` swapped for an empty tensor, as DeepSpeed does).
+    On the emulated device the weights stay where they are and only the ledger counts them."""
+
+    def __init__(self, params: list[torch.Tensor], masters: dict[int, torch.Tensor]):
+        self.masters = masters
+        self.holders = {id(p): 0 for p in params}
+        self.physical = bool(params) and params[0].is_cuda
+        self._lock = threading.Lock()
+        if self.physical:
+            for p in params:
+                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+
+    def hold(self, p: torch.Tensor) -> None:
+        with self._lock:
+            self.holders[id(p)] += 1
+            if self.physical and p.data.numel() == 0:
+                p.data = torch.empty_like(self.masters[id(p)], device=p.device)
+                p.data.record_stream(torch.cuda.default_stream(p.device))
+
+    def release(self, p: torch.Tensor) -> None:
+        with self._lock:
+            self.holders[id(p)] = max(0, self.holders[id(p)] - 1)
+            if self.physical and not self.holders[id(p)]:
+                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
 
 
 class HostWeights:
@@ -48,6 +78,8 @@ class HostWeights:
                 owner.setdefault(id(p), k)
         self.owned = [[p for p in params if owner[id(p)] == k] for k, params in enumerate(self.uses)]
         self.master = {id(p): to_host(p) for params in self.uses for p in params}
+        self.copies = _DeviceCopies(list({id(p): p for ps in self.uses for p in ps}.values()), self.master) \
+            if plan.weights == "streamed" else None
         self.optimizers = [new_optimizer(chain.optimizer, [self.master[id(p)] for p in owned], lr) if owned else None
                            for owned in self.owned]
         self.host = ThreadPoolExecutor(max_workers=1, thread_name_prefix="host-optimizer")
@@ -61,29 +93,38 @@ class HostWeights:
         if self.resident and link is None:
             raise ValueError("host updates of resident weights need the link to send them back")
 
+    def _bytes(self, p: torch.Tensor) -> int:
+        master = self.master[id(p)]
+        return master.numel() * master.element_size()
+
     def upload(self, k: int, link: EmulatedLink, ledger: Ledger, after: Future | None = None) -> Future:
         params = self.uses[k]
-        nbytes = sum(p.numel() * p.element_size() for p in params)
+        nbytes = sum(self._bytes(p) for p in params)
 
         def start():
             if after is not None:
                 after.result()
             for p in params:
-                ledger.hold(("weight", id(p)), p.numel() * p.element_size(), ("weights", k), f"weights of block {k}")
+                ledger.hold(("weight", id(p)), self._bytes(p), ("weights", k), f"weights of block {k}")
 
         def copy():
             for p in params:
+                if self.copies is not None:
+                    self.copies.hold(p)
                 copy_into(p, self.master[id(p)])
 
         return link.submit("h2d", nbytes, copy, "upload weights", k, on_start=start)
 
     def evict(self, k: int, ledger: Ledger) -> None:
         ledger.release_all(("weights", k))
+        if self.copies is not None:
+            for p in self.uses[k]:
+                self.copies.release(p)
 
     def download(self, k: int, link: EmulatedLink, ledger: Ledger) -> Future:
         """Gradients of the weights block k owns go down; then the host updates them."""
         owned = self.owned[k]
-        nbytes = sum(p.numel() * p.element_size() for p in owned)
+        nbytes = sum(self._bytes(p) for p in owned)
         owner = ("gradients", k)
 
         def start():
@@ -148,6 +189,8 @@ class HostWeights:
         with torch.no_grad():
             for params in self.uses:
                 for p in params:
+                    if p.data.numel() == 0:  # evicted (CUDA): give it its storage back
+                        p.data = torch.empty_like(self.master[id(p)], device=p.device)
                     p.copy_(self.master[id(p)])
 
     def close(self) -> None:
