@@ -98,7 +98,10 @@ class _Saved:
 
     def pack(self, t: torch.Tensor):
         key = storage_key(t)
-        if key in self.params:
+        base = t._base if t._base is not None else t
+        # a weight (or a view of one: mm saves weight.t()); by identity too, since a streamed weight's
+        # storage on CUDA is allocated anew at each upload
+        if key in self.params or ("id", id(base)) in self.params:
             return ("param", t)
         if key not in self.keys:
             self.keys[key] = storage_bytes(t)
@@ -254,7 +257,7 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
     ledger.peak = ledger.used
     link.reset_clock(start)
     compute: list[Event] = []
-    params = {storage_key(p) for p in chain.units.parameters()}
+    params = {storage_key(p) for p in chain.units.parameters()} | {("id", id(p)) for p in chain.units.parameters()}
     depth = plan.prefetch_depth
     blocks = plan.blocks
     nb = len(blocks)
