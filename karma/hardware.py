@@ -121,3 +121,27 @@ def load(name_or_path: str | Path) -> Hardware:
     except yaml.YAMLError as err:
         raise KarmaError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     return parse(data, path.stem, str(path))
+
+
+def figure_sources(name_or_path: str | Path) -> list[dict]:
+    """Every figure of a preset with the comment above it (or beside it): where the number comes
+    from, as the file says it (datasheet, measurement, or 'estimate')."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = PRESET_DIR / f"{name_or_path}.yaml"
+    rows, comments = [], []
+    for line in path.read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comments.append(stripped.lstrip("# "))
+            continue
+        key, sep, rest = stripped.partition(":")
+        if sep and key in FIELDS:
+            value, _, beside = rest.partition("#")
+            source = " ".join(comments + ([beside.strip()] if beside.strip() else []))
+            if not source and rows:  # a figure right under another shares its comment
+                source = f"as for {rows[-1]['field']}"
+            rows.append({"field": key, "value": value.strip(), "source": source})
+        if stripped:
+            comments = []
+    return rows

@@ -94,3 +94,12 @@ def test_user_file_round_trips(tmp_path):
     data = {**base(), "name": "my-gpu", "device_memory_gb": 24}
     hw = load(write(tmp_path, data))
     assert hw.name == "my-gpu" and hw.device_memory == 24e9
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_every_figure_of_every_preset_names_its_source(name):
+    from karma.hardware import figure_sources
+
+    rows = figure_sources(name)
+    assert sorted(r["field"] for r in rows) == sorted(FIELDS)
+    assert all(r["source"] for r in rows), [r["field"] for r in rows if not r["source"]]

@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake inje
 from _log import logged  # noqa: E402
 
 from karma.figures import large_nlp_figure, whatif_figure  # noqa: E402
+from karma.hardware import figure_sources  # noqa: E402
 from karma.large_nlp import ratios, summary  # noqa: E402
 from karma.tables import to_markdown  # noqa: E402
 
@@ -65,7 +66,11 @@ with logged(sm):
         f"Sources: {'; '.join(sorted(set(table.source)))}. Measured rows: {validation.source.iloc[0]}.",
         "KARMA's host memory per node (`host_gb_per_node`: fp32 weights, gradients and optimizer state, one copy",
         "per node) must fit the node's DRAM (ABCI: 384 GiB); not checked by the simulator.",
+        "",
+        "## Hardware figures and their sources (from karma/presets/*.yaml)",
     ]
+    for name in dict.fromkeys([sm.params.hardware, *whatif.hardware]):
+        text += ["", f"### {name}", "", to_markdown(pd.DataFrame(figure_sources(name)))]
     Path(sm.output.md).write_text("\n".join(text) + "\n")
     large_nlp_figure(table, sm.params.hardware, Path(sm.output.figure))
     whatif_figure(ratios(whatif), Path(sm.output.whatif))
