@@ -69,8 +69,9 @@ class StorageLifetimes:
         self._refs: dict[int, list[int]] = {}
         self._lock = threading.Lock()
 
-    def track(self, t: torch.Tensor, new_storage: bool) -> None:
-        key = storage_key(t)
+    def track(self, t: torch.Tensor, new_storage: bool, key=None) -> None:
+        """Follow `t`'s storage (under `key`, by default the storage's own identity)."""
+        key = storage_key(t) if key is None else key
         with self._lock:
             entry = self._refs.get(key)
             if entry is None:

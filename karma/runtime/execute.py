@@ -1,7 +1,7 @@
 """Execute one training step of a chain model under a Plan, on the emulated device.
 
 Forward: a block's saved tensors go through pack hooks that account them on
-the device ledger; a swapped block's are copied to the host after its forward
+the device ledger (karma/runtime/saved.py); a swapped block's are copied to the host after its forward
 (freed when the copy ends); a recomputed block is a checkpointed segment
 (torch.utils.checkpoint, RNG state preserved, BatchNorm statistics put back)
 that keeps only its input, on the device or copied to the host. Backward is
@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import threading
 import time
-import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -28,10 +26,10 @@ from torch.utils.checkpoint import checkpoint
 from karma.errors import KarmaError
 from karma.plan import Plan
 from karma.profile import OPTIMIZER_STATE_FACTOR
-from karma.runtime.copies import to_device, to_host
 from karma.runtime.ledger import DeviceOOM, Ledger, LiveTracker
 from karma.runtime.link import EmulatedLink
 from karma.runtime.optim import new_optimizer
+from karma.runtime.saved import SavedTensors
 from karma.runtime.streamed import HostWeights
 from karma.simulate import Event
 from karma.unit_trace import storage_bytes, storage_key
@@ -60,106 +58,6 @@ def check_plan(chain: ChainModel, plan: Plan) -> None:
     if plan.units != len(chain) or plan.model != chain.name:
         raise KarmaError(f"plan is for {plan.model} with {plan.units} units; the model is {chain.name} "
                          f"with {len(chain)} units")
-
-
-class _Saved:
-    """The tensors one block saved for backward, and where they are.
-
-    Kept tensors count on the ledger until autograd lets go of them (as PyTorch frees saved
-    tensors during the backward); swapped ones until their copy to the host ends, and their
-    prefetched copies from the prefetch until autograd has used them. A storage is counted
-    while it is alive and no longer: otherwise a new storage at the same address would go
-    uncounted.
-    """
-
-    def __init__(self, k: int, swap: bool, ledger: Ledger, params: set[int]):
-        self.k, self.swap, self.ledger, self.params = k, swap, ledger, params
-        self.device: list[torch.Tensor] = []
-        self.device_keys: list[int] = []
-        self.place = torch.device("cpu")
-        self.keys: dict[int, int] = {}
-        self.host: list[torch.Tensor] | None = None
-        self.back: Future | None = None
-        self._alive: dict[object, int] = {}
-        self._lock = threading.Lock()
-
-    def _watch(self, t: torch.Tensor, key, owner) -> None:
-        """Release `key` for `owner` when the last watched tensor holding it dies."""
-        with self._lock:
-            self._alive[(key, owner)] = self._alive.get((key, owner), 0) + 1
-        weakref.finalize(t, self._dropped, key, owner)
-
-    def _dropped(self, key, owner) -> None:
-        with self._lock:
-            self._alive[(key, owner)] -= 1
-            if self._alive[(key, owner)]:
-                return
-        self.ledger.release(key, owner)
-
-    def pack(self, t: torch.Tensor):
-        key = storage_key(t)
-        base = t._base if t._base is not None else t
-        # a weight (or a view of one: mm saves weight.t()); by identity too, since a streamed weight's
-        # storage on CUDA is allocated anew at each upload
-        if key in self.params or ("id", id(base)) in self.params:
-            return ("param", t)
-        if key not in self.keys:
-            self.keys[key] = storage_bytes(t)
-            self.ledger.hold(key, self.keys[key], self, f"block {self.k}")
-        if not self.swap:
-            self._watch(t, key, self)
-            return ("keep", t)
-        self.device.append(t)
-        self.device_keys.append(key)
-        self.place = t.device
-        return ("swap", len(self.device) - 1)
-
-    def unpack(self, packed):
-        kind, value = packed
-        if kind != "swap":
-            return value
-        copies = self.back.result()
-        t, copies[value] = copies[value], None  # autograd holds it from here, and frees it after use
-        self._watch(t, ("prefetched", self.k, self.device_keys[value]), (self, "back"))
-        return t
-
-    @property
-    def nbytes(self) -> int:
-        return sum(self.keys.values())
-
-    def swap_out(self, link: EmulatedLink) -> Future:
-        tensors = self.device
-
-        def copy():
-            return [to_host(t) for t in tensors]
-
-        def done(host):
-            # The device copies die when the transfer ends, as on a GPU (and not before: the
-            # ledger holds their storages until then, so they must not be reused meanwhile).
-            self.host = host
-            tensors.clear()
-            self.device = []
-            for key in list(self.keys):
-                self.ledger.release(key, self)
-
-        return link.submit("d2h", self.nbytes, copy, "swap out", self.k, on_end=done)
-
-    def prefetch(self, link: EmulatedLink, after: Future) -> None:
-        owner = (self, "back")
-
-        def start():
-            after.result()
-            for key, nbytes in self.keys.items():  # new storages: keys of their own
-                self.ledger.hold(("prefetched", self.k, key), nbytes, owner, f"prefetch of block {self.k}")
-
-        def copy():
-            return [to_device(h, self.place) for h in self.host]
-
-        self.back = link.submit("h2d", self.nbytes, copy, "prefetch", self.k, on_start=start)
-
-    def release(self) -> None:
-        self.ledger.release_all(self)
-        self.ledger.release_all((self, "back"))
 
 
 def _bn_buffers(modules) -> list[torch.Tensor]:
@@ -278,8 +176,8 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
                 OPTIMIZER_STATE_FACTOR[chain.optimizer]
             ledger.hold("optimizer state", state_bytes, "weights", "optimizer state")
 
-    stores = [_Saved(k, b.policy == "swap" or (b.policy == "recompute" and b.checkpoint == "host"), ledger, params)
-              for k, b in enumerate(blocks)]
+    to_host_side = [b.policy == "swap" or (b.policy == "recompute" and b.checkpoint == "host") for b in blocks]
+    stores = [SavedTensors(k, away, ledger, params) for k, away in enumerate(to_host_side)]
     swapped: list[Future | None] = [None] * nb
     downloads: list[Future] = []
     tracker = LiveTracker(ledger) if track else _Untracked()
