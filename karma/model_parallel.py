@@ -78,9 +78,15 @@ class LayoutResult:
     reason: str | None = None
 
 
+def places(tp: int, hw: Hardware) -> bool:
+    """A tensor-parallel group divides a node's GPUs or spans whole nodes."""
+    g = hw.gpus_per_node
+    return g % tp == 0 or tp % g == 0
+
+
 def check_placement(tp: int, hw: Hardware) -> None:
     g = hw.gpus_per_node
-    if not (g % tp == 0 or tp % g == 0):
+    if not places(tp, hw):
         raise KarmaError(f"a tensor-parallel group of {tp} neither divides a {hw.name} node of {g} GPUs "
                          f"nor spans whole nodes")
 
@@ -185,10 +191,7 @@ def degrees(model: str, gpus: int, hw: Hardware, size: str = "paper") -> list[in
     config = spec(model).sizes[size]
     out = []
     for tp in range(1, gpus + 1):
-        if config["heads"] % tp or config["hidden"] % tp or gpus % tp:
-            continue
-        g = hw.gpus_per_node
-        if g % tp == 0 or tp % g == 0:
+        if not (config["heads"] % tp or config["hidden"] % tp or gpus % tp) and places(tp, hw):
             out.append(tp)
     return out
 

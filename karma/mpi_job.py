@@ -26,6 +26,16 @@ def abort(comm, err: BaseException) -> int:
     return 1
 
 
+def write_table(comm, table, out: str | Path) -> int:
+    """Rank 0 writes its table (CSV, atomically) and prints it without the source column; every
+    rank then waits for the others. Returns the exit status."""
+    if comm.rank == 0:
+        write_atomically(out, lambda tmp: table.to_csv(tmp, index=False))
+        print(table.drop(columns=["source"]).to_string())
+    comm.Barrier()
+    return 0
+
+
 def write_atomically(path: str | Path, write: Callable[[Path], None]) -> Path:
     """`write(tmp)` then rename tmp to `path`."""
     out = Path(path)

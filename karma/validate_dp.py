@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import torch
 
-from karma.mpi_job import write_atomically
+from karma.mpi_job import write_table
 
 
 def time_allreduce(comm, nbytes: int, reps: int = 5) -> float:
@@ -34,6 +34,15 @@ def time_allreduce(comm, nbytes: int, reps: int = 5) -> float:
         comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
         times.append(time.perf_counter() - t0)
     return statistics.median(times[1:])
+
+
+def calibrate_allreduce(comm, big: int = 32 << 20) -> tuple[float, float]:
+    """(alpha s, beta bytes/s) of the ring model 2(n-1) alpha + 2(n-1)/n bytes/beta on these ranks:
+    alpha from a 4-byte all-reduce, beta from a `big` one."""
+    n = comm.size
+    alpha = time_allreduce(comm, 4) / (2 * max(n - 1, 1))
+    beta = 2 * (n - 1) / n * big / max(time_allreduce(comm, big) - 2 * (n - 1) * alpha, 1e-9)
+    return alpha, beta
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,9 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     comm = MPI.COMM_WORLD
     n = comm.size
     profile = measured_profile(build(args.model, args.size, args.batch, seed=0), reps=3)
-    alpha = time_allreduce(comm, 4) / (2 * max(n - 1, 1))
-    big = 32 << 20
-    beta = 2 * (n - 1) / n * big / max(time_allreduce(comm, big) - 2 * (n - 1) * alpha, 1e-9)
+    alpha, beta = calibrate_allreduce(comm)
     link = args.link_mbs * 1e6
     hw = replace(emulated_hardware(profile, link, float("inf"), measure_memory_bandwidth()),
                  name=f"this machine, {n} MPI ranks", gpus_per_node=n, intra_node_bw=beta, intra_node_latency=alpha,
@@ -85,10 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         df = pd.DataFrame(rows)
         df["naive_over_pipelined_measured"] = measured["naive"] / measured["pipelined"]
         df["naive_over_pipelined_predicted"] = df.predicted_s.iloc[1] / df.predicted_s.iloc[0]
-        write_atomically(args.out, lambda tmp: df.to_csv(tmp, index=False))
-        print(df.drop(columns=["source"]).to_string())
-    comm.Barrier()
-    return 0
+    return write_table(comm, df if comm.rank == 0 else None, args.out)
 
 
 if __name__ == "__main__":

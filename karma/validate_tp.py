@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import torch
 
-from karma.mpi_job import write_atomically
+from karma.mpi_job import write_table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     from karma.profile_measured import measured_profile
     from karma.runtime.emulation import emulated_hardware, measure_memory_bandwidth
     from karma.tensor_parallel import shard_chain
-    from karma.validate_dp import time_allreduce
+    from karma.validate_dp import calibrate_allreduce
     from models.registry import build, spec
 
     p = argparse.ArgumentParser(prog="python -m karma.validate_tp")
@@ -48,9 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     comm = MPI.COMM_WORLD
     n = comm.size
     hidden = spec(args.model).sizes[args.size]["hidden"]
-    alpha = time_allreduce(comm, 4) / (2 * max(n - 1, 1))
-    big = 32 << 20
-    beta = 2 * (n - 1) / n * big / max(time_allreduce(comm, big) - 2 * (n - 1) * alpha, 1e-9)
+    alpha, beta = calibrate_allreduce(comm)
     memory_bw = measure_memory_bandwidth()
     global_chain = build(args.model, args.size, args.global_batch, seed=0)
     rows = []
@@ -80,10 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         df = pd.DataFrame(rows)
         df["tp_over_dp_measured"] = df.measured_s.iloc[1] / df.measured_s.iloc[0]
         df["tp_over_dp_predicted"] = df.predicted_s.iloc[1] / df.predicted_s.iloc[0]
-        write_atomically(args.out, lambda tmp: df.to_csv(tmp, index=False))
-        print(df.drop(columns=["source"]).to_string())
-    comm.Barrier()
-    return 0
+    return write_table(comm, df if comm.rank == 0 else None, args.out)
 
 
 if __name__ == "__main__":
