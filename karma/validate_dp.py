@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     from karma.distributed import train_ranks
     from karma.plan import from_policies
     from karma.profile_measured import measured_profile
-    from karma.runtime.emulation import emulated_hardware, measure_memory_bandwidth
+    from karma.runtime.emulation import emulated_hardware
+    from karma.runtime.rates import cpu_rates
     from karma.simulate import simulate
     from models.registry import build
 
@@ -70,9 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     profile = measured_profile(build(args.model, args.size, args.batch, seed=0), reps=3)
     alpha, beta = calibrate_allreduce(comm)
     link = args.link_mbs * 1e6
-    hw = replace(emulated_hardware(profile, link, float("inf"), measure_memory_bandwidth()),
-                 name=f"this machine, {n} MPI ranks", gpus_per_node=n, intra_node_bw=beta, intra_node_latency=alpha,
-                 host_update_bw=measure_memory_bandwidth())
+    hw = replace(emulated_hardware(profile, cpu_rates(link, profile.optimizer), float("inf")),
+                 name=f"this machine, {n} MPI ranks", gpus_per_node=n, intra_node_bw=beta, intra_node_latency=alpha)
     global_chain = build(args.model, args.size, args.batch * n, seed=0)
     plan = from_policies(args.model, args.batch, ["keep"] * len(profile.units), weights="streamed")
     measured = {}

@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     from karma.model_parallel import Layout, simulate_shard
     from karma.network import ring
     from karma.profile_measured import measured_profile
-    from karma.runtime.emulation import emulated_hardware, measure_memory_bandwidth
+    from karma.runtime.emulation import emulated_hardware
+    from karma.runtime.rates import cpu_rates
     from karma.tensor_parallel import shard_chain
     from karma.validate_dp import calibrate_allreduce
     from models.registry import build, spec
@@ -49,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     n = comm.size
     hidden = spec(args.model).sizes[args.size]["hidden"]
     alpha, beta = calibrate_allreduce(comm)
-    memory_bw = measure_memory_bandwidth()
     global_chain = build(args.model, args.size, args.global_batch, seed=0)
+    rates = cpu_rates(float("inf"), global_chain.optimizer)
     rows = []
     for tp in (1, n):
         dp = n // tp
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         measured = statistics.median(comm.allgather(statistics.median(times)))
         if comm.rank:
             continue
-        hw = replace(emulated_hardware(profile, float("inf"), float("inf"), memory_bw),
+        hw = replace(emulated_hardware(profile, rates, float("inf")),
                      name=f"this machine, {n} MPI ranks", gpus_per_node=n, intra_node_bw=beta,
                      intra_node_latency=alpha)
         layout = Layout(tp, dp, replica, vocab_parallel=False)

@@ -97,15 +97,16 @@ def peak_of_step(device: torch.device, step) -> tuple[object, int]:
     return result, torch.cuda.max_memory_allocated(device)
 
 
-def measure_link(device: torch.device, nbytes: int = 256 << 20, reps: int = 3) -> float:
-    """Bytes/s of a pinned host -> device copy (the h2d figure the plans are made for)."""
+def measure_link(device: torch.device, direction: str = "h2d", nbytes: int = 256 << 20, reps: int = 3) -> float:
+    """Bytes/s of a pinned copy host -> device ("h2d") or device -> host ("d2h")."""
     host = torch.empty(nbytes // 4, pin_memory=True)
     dev = torch.empty(nbytes // 4, device=device)
+    src, dst = (host, dev) if direction == "h2d" else (dev, host)
     times = []
     for _ in range(reps + 1):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        dev.copy_(host, non_blocking=True)
+        dst.copy_(src, non_blocking=True)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3)

@@ -9,7 +9,6 @@ FLOP rate / the reference's sustained rate), from a measured profile.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import replace
 
 import pandas as pd
@@ -20,6 +19,7 @@ from karma.profile import Profile
 from karma.runtime.execute import StepReport, make_optimizer, train_step
 from karma.runtime.ledger import DeviceOOM, Ledger
 from karma.runtime.link import EmulatedLink
+from karma.runtime.rates import Rates
 from karma.runtime.streamed import HostWeights
 from karma.simulate import simulate
 from karma.strategy import get
@@ -36,22 +36,14 @@ def default_link_bandwidth(profile: Profile, reference: str = "v100-abci") -> fl
     return ref.h2d_bw * achieved_flops(profile) / ref.flops
 
 
-def measure_memory_bandwidth(nbytes: int = 64 << 20, reps: int = 5) -> float:
-    """Bytes/s of a large in-memory copy (read + write), for the optimizer step's time."""
-    src, dst = torch.empty(nbytes // 4), torch.empty(nbytes // 4)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        times.append(time.perf_counter() - t0)
-    return 2 * nbytes / statistics.median(times)
-
-
-def emulated_hardware(profile: Profile, link_bw: float, capacity: float, memory_bw: float) -> Hardware:
+def emulated_hardware(profile: Profile, rates: Rates, capacity: float) -> Hardware:
+    """The machine a run happens on, as the simulator's Hardware: the reference's network and
+    kernel-free compute at this profile's achieved rate, with the rates measured here."""
     ref = load("v100-abci")
-    return replace(ref, name=f"cpu-emulated (link {link_bw / 1e6:.1f} MB/s)", device_memory=capacity,
-                   flops=achieved_flops(profile), memory_bw=memory_bw, h2d_bw=link_bw, d2h_bw=link_bw,
-                   kernel_launch=0.0, description="this CPU as an emulated device")
+    name = f"cpu-emulated (link {rates.h2d / 1e6:.1f} MB/s)" if rates.link == "emulated" else "this machine"
+    return replace(ref, name=name, device_memory=capacity, flops=achieved_flops(profile), memory_bw=rates.memory_bw,
+                   h2d_bw=rates.h2d, d2h_bw=rates.d2h, host_update_bw=rates.host_update, kernel_launch=0.0,
+                   description=f"this machine as the device: {rates.describe()}")
 
 
 def run_steps(chain, plan, capacity: float, link_bw: float, steps: int) -> tuple[StepReport, list[StepReport]]:
@@ -76,33 +68,29 @@ def run_steps(chain, plan, capacity: float, link_bw: float, steps: int) -> tuple
     return max(reports[0], reports[-1], key=lambda r: r.peak_bytes), reports[1:-1]
 
 
-def validate(chain_factory, profile: Profile, strategies: list[str], capacity: float, link_bw: float,
-             steps: int = 3, memory_bw: float | None = None, headroom: float = 0.05,
-             device: str = "cpu") -> pd.DataFrame:
+def validate(chain_factory, profile: Profile, strategies: list[str], capacity: float, rates: Rates,
+             steps: int = 3, headroom: float = 0.05, device: str = "cpu") -> pd.DataFrame:
     """Plan every strategy on the measured profile, simulate it and run it; one row per strategy.
 
     `chain_factory()` builds a fresh chain (same seed) for each strategy's run. Plans are
     made for `capacity` less `headroom` (the memory model's error, a few percent, must not
-    turn a planned fit into an OOM) and run under the full `capacity`. On `device='cuda'`
-    the runs use the real GPU (karma/runtime/cuda.py; the caller caps its memory).
+    turn a planned fit into an OOM) and run under the full `capacity`, with the machine's
+    `rates` (karma/runtime/rates.py). On `device='cuda'` the runs use the real GPU
+    (karma/runtime/cuda.py; the caller caps its memory).
     """
     planned = capacity * (1 - headroom)
+    hw = emulated_hardware(profile, rates, planned)
     if device == "cuda":
-        from karma.runtime.cuda import measure_memory_bandwidth as gpu_memory_bandwidth
         from karma.runtime.cuda import require_cuda, run_cuda_steps
 
         gpu = require_cuda()
-        hw = emulated_hardware(profile, link_bw, planned, memory_bw or gpu_memory_bandwidth(gpu))
-        hw = replace(hw, name=f"cuda ({torch.cuda.get_device_name(gpu)}, capped at {capacity / 1e9:.1f} GB)",
-                     description="this GPU, memory capped")
+        hw = replace(hw, name=f"cuda ({torch.cuda.get_device_name(gpu)}, capped at {capacity / 1e9:.1f} GB)")
 
         def run(chain, plan):
             return run_cuda_steps(chain, plan, steps, gpu)
     else:
-        hw = emulated_hardware(profile, link_bw, planned, memory_bw or measure_memory_bandwidth())
-
         def run(chain, plan):
-            return run_steps(chain, plan, capacity, link_bw, steps)
+            return run_steps(chain, plan, capacity, rates.h2d, steps)
     rows = []
     for name in strategies:
         plan = get(name)(profile, hw, planned)
@@ -111,7 +99,8 @@ def validate(chain_factory, profile: Profile, strategies: list[str], capacity: f
                "predicted_s": sim.time, "predicted_peak_MB": sim.peak_bytes / 1e6,
                "capacity_MB": capacity / 1e6, "measured_s": None, "measured_peak_MB": None,
                "status": "ok" if sim.feasible else "OOM (simulated)",
-               "source": f"measured on {hw.name}; predicted by the simulator on the measured profile"}
+               "source": f"measured on {hw.name}; predicted by the simulator on the measured profile "
+                         f"and rates ({rates.describe()})"}
         if sim.feasible:
             try:
                 memory, timed = run(chain_factory(), plan)

@@ -94,8 +94,10 @@ def _named_cuda_oom(tracker):
     try:
         yield
     except torch.cuda.OutOfMemoryError as err:
-        raise DeviceOOM(f"{tracker.where or 'step'}: CUDA out of memory under the capped allocator "
-                        f"({str(err).splitlines()[0][:120]})") from None
+        tried = str(err).split(". ")[1] if ". " in str(err) else str(err)[:80]
+        raise DeviceOOM(f"{tracker.where or 'step'}: CUDA out of memory under the capped allocator ({tried}; "
+                        f"{torch.cuda.memory_allocated() / 1e9:.2f} GB allocated, "
+                        f"{torch.cuda.memory_reserved() / 1e9:.2f} GB reserved)") from None
 
 
 class _Untracked(contextlib.nullcontext):
@@ -155,7 +157,8 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
     ledger.peak = ledger.used
     link.reset_clock(start)
     compute: list[Event] = []
-    params = {storage_key(p) for p in chain.units.parameters()} | {("id", id(p)) for p in chain.units.parameters()}
+    weights = list(chain.units.parameters())
+    params = {storage_key(p): p for p in weights} | {("id", id(p)): p for p in weights}
     depth = plan.prefetch_depth
     blocks = plan.blocks
     nb = len(blocks)

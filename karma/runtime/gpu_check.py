@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     from karma.profile_measured import measured_profile
     from karma.runtime import cuda
     from karma.runtime.emulation import validate
+    from karma.runtime.rates import cuda_rates
     from models.registry import build
 
     p = argparse.ArgumentParser(prog="python -m karma.runtime.gpu_check", description=__doc__.splitlines()[0])
@@ -48,10 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         device = cuda.require_cuda()
         capacity = args.capacity_gb * 1e9
         cuda.cap_memory(capacity, device)
-        link = cuda.measure_link(device)
-        memory_bw = cuda.measure_memory_bandwidth(device)
-        print(f"{torch.cuda.get_device_name(device)}: allocator capped at {args.capacity_gb:.1f} GB; "
-              f"pinned h2d {link / 1e9:.1f} GB/s, device copy {memory_bw / 1e9:.0f} GB/s (measured)", flush=True)
+        print(f"{torch.cuda.get_device_name(device)}: allocator capped at {args.capacity_gb:.1f} GB", flush=True)
         tables = []
         for model in args.models:
             def factory(model=model):
@@ -69,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.empty_cache()
             print(f"{model}: profiled ({time.perf_counter() - start:.0f} s)", flush=True)
             cuda.cap_memory(capacity, device)
-            table = validate(factory, profile, args.strategies, capacity, link, args.steps, memory_bw, device="cuda")
+            rates = cuda_rates(device, profile.optimizer)
+            print(f"{model}: {rates.describe()}", flush=True)
+            table = validate(factory, profile, args.strategies, capacity, rates, args.steps, device="cuda")
             print(table[SHOWN].to_string(index=False, float_format=lambda v: f"{v:.3f}"), flush=True)
             print(f"{model}: ran {len(args.strategies)} strategies ({time.perf_counter() - start:.0f} s)", flush=True)
             tables.append(table)

@@ -15,8 +15,9 @@ from dataclasses import dataclass, replace
 from karma.errors import KarmaError
 from karma.plan import Plan
 from karma.profile_measured import measured_profile
-from karma.runtime.emulation import default_link_bandwidth, emulated_hardware, measure_memory_bandwidth, run_steps
+from karma.runtime.emulation import default_link_bandwidth, emulated_hardware, run_steps
 from karma.runtime.execute import StepReport
+from karma.runtime.rates import cpu_rates, cuda_rates
 from karma.simulate import SimResult, simulate
 from karma.strategy import get
 from models.registry import build
@@ -53,17 +54,17 @@ def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None =
     chain = build(model, size, batch, seed=1, device=gpu or "cpu")
     profile = measured_profile(build(model, size, batch, seed=1, device=gpu or "cpu"), reps=2)
     if gpu is not None:
-        link_bw = cuda.measure_link(gpu)
-    link_bw = link_bw or default_link_bandwidth(profile)
+        rates = cuda_rates(gpu, chain.optimizer)
+    else:
+        rates = cpu_rates(link_bw or default_link_bandwidth(profile), chain.optimizer)
     if capacity_bytes is None:
         if not capacity_fraction or capacity_fraction <= 0:
             raise KarmaError("give a positive capacity (fraction of the in-core footprint, or bytes)")
         capacity_bytes = profile.in_core_peak_bytes() * capacity_fraction
     planned = capacity_bytes * (1 - headroom)
-    hw = emulated_hardware(profile, link_bw, planned,
-                           cuda.measure_memory_bandwidth(gpu) if gpu is not None else measure_memory_bandwidth())
+    hw = emulated_hardware(profile, rates, planned)
     if gpu is not None:
-        hw = replace(hw, name=f"cuda (link {link_bw / 1e9:.1f} GB/s measured)", description="this GPU, capped")
+        hw = replace(hw, name=f"cuda (link {rates.h2d / 1e9:.1f} GB/s measured)")
     if plan is None:
         plan = get(strategy or "karma")(profile, hw, planned)
     elif plan.units != len(chain) or plan.model != model or plan.batch != chain.batch:
@@ -76,5 +77,5 @@ def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None =
         cuda.cap_memory(capacity_bytes, gpu)
         memory, reports = cuda.run_cuda_steps(chain, plan, steps, gpu)
         return RunResult(plan, predicted, memory, reports, f"measured on {reports[0].device}")
-    memory, reports = run_steps(chain, plan, capacity_bytes, link_bw, steps)
+    memory, reports = run_steps(chain, plan, capacity_bytes, rates.h2d, steps)
     return RunResult(plan, predicted, memory, reports, f"measured on {hw.name}")

@@ -27,7 +27,8 @@ class SavedTensors:
     uncounted.
     """
 
-    def __init__(self, k: int, swap: bool, ledger: Ledger, params: set[int]):
+    def __init__(self, k: int, swap: bool, ledger: Ledger, params: dict[object, torch.Tensor]):
+        """`params` maps a weight's storage key, and ("id", id(weight)), to the weight."""
         self.k, self.swap, self.ledger, self.params = k, swap, ledger, params
         self.device: list[torch.Tensor] = []
         self.device_keys: list[int] = []
@@ -46,9 +47,15 @@ class SavedTensors:
         key = storage_key(t)
         base = t._base if t._base is not None else t
         # a weight (or a view of one: mm saves weight.t()); by identity too, since a streamed weight's
-        # storage on CUDA is allocated anew at each upload
-        if key in self.params or ("id", id(base)) in self.params:
-            return ("param", t)
+        # storage on CUDA is allocated anew at each upload. The weight is saved, not the tensor: a
+        # view would keep the evicted upload's storage alive on the GPU until the backward (found on
+        # an H200: Megatron's kept blocks held every linear weight twice and ran out of the cap).
+        weight = self.params.get(("id", id(base)))
+        if weight is None:  # an alias of a weight's current storage (a key of an evicted one may be reused)
+            weight = self.params.get(key)
+            weight = weight if weight is not None and storage_key(weight) == key else None
+        if weight is not None:
+            return ("param", (weight, t.size(), t.stride(), t.storage_offset()))
         if key not in self.keys:
             self.keys[key] = storage_bytes(t)
             self.ledger.hold(key, self.keys[key], self, f"block {self.k}")
@@ -62,6 +69,11 @@ class SavedTensors:
 
     def unpack(self, packed):
         kind, value = packed
+        if kind == "param":
+            weight, size, stride, offset = value  # its storage now: the upload for this backward
+            if (size, stride, offset) == (weight.size(), weight.stride(), weight.storage_offset()):
+                return weight
+            return weight.detach().as_strided(size, stride, offset)
         if kind != "swap":
             return value
         copies = self.back.result()

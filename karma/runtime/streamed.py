@@ -31,12 +31,13 @@ class _DeviceCopies:
     """Which streamed weights have a device copy. On CUDA a weight's device storage exists only
     while some block holds it: an upload allocates it (on the copy stream, marked for the compute
     stream), the last eviction frees it (`p.data` swapped for an empty tensor, as DeepSpeed does).
-    On the emulated device the weights stay where they are and only the ledger counts them."""
+    On the emulated device the weights stay where they are and only the ledger counts them
+    (`physical=True` frees them there too, so that tests exercise the CUDA behaviour on a CPU)."""
 
-    def __init__(self, params: list[torch.Tensor], masters: dict[int, torch.Tensor]):
+    def __init__(self, params: list[torch.Tensor], masters: dict[int, torch.Tensor], physical: bool | None = None):
         self.masters = masters
         self.holders = {id(p): 0 for p in params}
-        self.physical = bool(params) and params[0].is_cuda
+        self.physical = bool(params) and (params[0].is_cuda if physical is None else physical)
         self._lock = threading.Lock()
         if self.physical:
             for p in params:
@@ -47,7 +48,8 @@ class _DeviceCopies:
             self.holders[id(p)] += 1
             if self.physical and p.data.numel() == 0:
                 p.data = torch.empty_like(self.masters[id(p)], device=p.device)
-                p.data.record_stream(torch.cuda.default_stream(p.device))
+                if p.is_cuda:
+                    p.data.record_stream(torch.cuda.default_stream(p.device))
 
     def release(self, p: torch.Tensor) -> None:
         with self._lock:
@@ -60,14 +62,15 @@ class HostWeights:
     """Master weights, gradients and optimizer state of a chain on the host, per block."""
 
     def __init__(self, chain: ChainModel, plan: Plan, lr: float = 0.01, link: EmulatedLink | None = None,
-                 reduce: Callable[[list[torch.Tensor]], Callable[[], None]] | None = None, pipelined: bool = True):
+                 reduce: Callable[[list[torch.Tensor]], Callable[[], None]] | None = None, pipelined: bool = True,
+                 physical: bool | None = None):
         """`reduce(grads)` starts combining a block's host gradients across data-parallel ranks
         (a non-blocking all-reduce) and returns the wait for it; the block's update runs after
         the wait, on the host thread, while later blocks' all-reduces are in flight.
         `pipelined=False` defers every block's reduce and update until the whole backward is
         done (the naive order). With a resident-weights plan the weights stay on the device
         and `link` carries each block's updated weights back up after its update (in the gap
-        before the next forward)."""
+        before the next forward). `physical`: see _DeviceCopies (default: on CUDA only)."""
         units = list(chain.units.children())
         # each weight once per block, even when two of its units share it (a tied weight)
         self.uses = [list({id(p): p for i in b.units for p in units[i].parameters()}.values())
@@ -78,8 +81,8 @@ class HostWeights:
                 owner.setdefault(id(p), k)
         self.owned = [[p for p in params if owner[id(p)] == k] for k, params in enumerate(self.uses)]
         self.master = {id(p): to_host(p) for params in self.uses for p in params}
-        self.copies = _DeviceCopies(list({id(p): p for ps in self.uses for p in ps}.values()), self.master) \
-            if plan.weights == "streamed" else None
+        self.copies = _DeviceCopies(list({id(p): p for ps in self.uses for p in ps}.values()), self.master,
+                                    physical) if plan.weights == "streamed" else None
         self.optimizers = [new_optimizer(chain.optimizer, [self.master[id(p)] for p in owned], lr) if owned else None
                            for owned in self.owned]
         self.host = ThreadPoolExecutor(max_workers=1, thread_name_prefix="host-optimizer")

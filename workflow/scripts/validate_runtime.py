@@ -12,6 +12,7 @@ with logged(sm):
 
     from karma.profile_measured import measured_profile
     from karma.runtime.emulation import default_link_bandwidth, validate
+    from karma.runtime.rates import cpu_rates, cuda_rates
     from karma.tables import to_markdown
     from models import build
 
@@ -29,12 +30,13 @@ with logged(sm):
     capacity = profile.in_core_peak_bytes() * sm.params.fraction
     if device == "cuda":
         cuda.cap_memory(capacity, where)
-        link = cuda.measure_link(where)
+        rates = cuda_rates(where, profile.optimizer)
     else:
         link = sm.params.link_mbs * 1e6 if sm.params.link_mbs else default_link_bandwidth(profile)
-    print(f"{model} small batch {profile.batch}: link {link / 1e6:.1f} MB/s, capacity {capacity / 1e6:.1f} MB "
+        rates = cpu_rates(link, profile.optimizer)
+    print(f"{model} small batch {profile.batch}: {rates.describe()}; capacity {capacity / 1e6:.1f} MB "
           f"({sm.params.fraction} of the in-core {profile.in_core_peak_bytes() / 1e6:.1f} MB)")
     table = validate(lambda: build(model, "small", batch, seed=1, device=where), profile, list(sm.params.strategies),
-                     capacity, link, steps=sm.params.steps, device=device)
+                     capacity, rates, steps=sm.params.steps, device=device)
     table.to_csv(sm.output[0], index=False)
     print(to_markdown(table.drop(columns=["source"])))

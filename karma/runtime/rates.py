@@ -1,0 +1,87 @@
+"""The rates of the machine a run happens on, measured there, for the simulator's Hardware.
+
+The simulator predicts a run from a measured profile (compute) plus four rates: the link each way,
+the device's memory bandwidth (the device optimizer step) and the host optimizer's update rate
+(streamed weights and host updates, KARMA Sec. V). Each is measured the way the runtime uses it:
+
+* link: pinned copies on CUDA, each direction apart (an H200's d2h is not its h2d); on the CPU
+  the emulated link, whose bandwidth is set, not measured (DESIGN.md, Measured versus simulated);
+* host update: the chain's own optimizer (karma/runtime/optim.py) stepping a block of weights on
+  one host thread, as HostWeights does; bytes touched per second (simulate.optimizer_traffic_bytes:
+  (3 + 2k) x weight bytes). The preset's 45 GB/s is a whole ABCI node's STREAM share; one thread of
+  a single-tensor Adam reaches a fraction of it (the GPU check on an H200 found KARMA's streamed
+  WRN-28-10 1.27x slower than predicted with the preset's figure).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from karma.runtime.optim import new_optimizer
+from karma.simulate import optimizer_traffic_bytes
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Bytes/s of this machine, and where they come from (printed with every measured result)."""
+
+    h2d: float
+    d2h: float
+    memory_bw: float
+    host_update: float
+    link: str  # "emulated" (set) or "measured" (pinned copies)
+
+    def describe(self) -> str:
+        return (f"link h2d {self.h2d / 1e9:.3g} GB/s, d2h {self.d2h / 1e9:.3g} GB/s ({self.link}); "
+                f"memory copy {self.memory_bw / 1e9:.3g} GB/s, host optimizer {self.host_update / 1e9:.3g} GB/s "
+                f"(measured)")
+
+
+def measure_copy_bandwidth(nbytes: int = 64 << 20, reps: int = 5) -> float:
+    """Bytes/s of a large in-memory copy on the CPU (read + write)."""
+    src, dst = torch.empty(nbytes // 4), torch.empty(nbytes // 4)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t0)
+    return 2 * nbytes / statistics.median(times)
+
+
+def measure_host_update(optimizer: str, nbytes: int = 32 << 20, reps: int = 3) -> float:
+    """Bytes/s the runtime's host optimizer streams: `optimizer` stepping `nbytes` of fp32 weights
+    on a thread of its own limited to one intra-op thread (karma/runtime/streamed.py, _step)."""
+    weight = torch.nn.Parameter(torch.zeros(nbytes // 4))
+    opt = new_optimizer(optimizer, [weight])
+    times: list[float] = []
+
+    def run():
+        torch.set_num_threads(1)
+        for _ in range(reps + 1):
+            weight.grad = torch.full_like(weight, 1e-3)
+            t0 = time.perf_counter()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+
+    worker = threading.Thread(target=run, name="host-optimizer-probe")
+    worker.start()
+    worker.join()
+    return optimizer_traffic_bytes(nbytes, optimizer) / statistics.median(times[1:])
+
+
+def cpu_rates(link_bw: float, optimizer: str) -> Rates:
+    """The emulated device: its link as set (both ways), this CPU's copy and optimizer rates."""
+    return Rates(link_bw, link_bw, measure_copy_bandwidth(), measure_host_update(optimizer), "emulated")
+
+
+def cuda_rates(device: torch.device, optimizer: str) -> Rates:
+    """A real GPU: pinned copies each way, device-to-device copies, the host optimizer."""
+    from karma.runtime import cuda
+
+    return Rates(cuda.measure_link(device, "h2d"), cuda.measure_link(device, "d2h"),
+                 cuda.measure_memory_bandwidth(device), measure_host_update(optimizer), "measured")
