@@ -126,14 +126,14 @@ def test_emulated_link_takes_bytes_over_bandwidth():
 
 def test_validate_compares_every_strategy_with_its_prediction():
     from karma.profile_measured import measured_profile
-    from karma.runtime.emulation import default_link_bandwidth, validate
+    from karma.runtime.emulation import EmulatedRunner, default_link_bandwidth, validate
     from karma.runtime.rates import cpu_rates
 
     profile = measured_profile(build("wrn28-10", "tiny", batch=8), reps=1, warmup=0)
     capacity = profile.in_core_peak_bytes()
-    rates = cpu_rates(default_link_bandwidth(profile) * 100, profile.optimizer)
-    table = validate(lambda: build("wrn28-10", "tiny", batch=8, seed=1), profile, ["vdnn", "karma"], capacity,
-                     rates, steps=1)
+    link = default_link_bandwidth(profile) * 100
+    runner = EmulatedRunner(lambda: build("wrn28-10", "tiny", batch=8, seed=1), capacity, link, steps=1)
+    table = validate(profile, ["vdnn", "karma"], capacity, cpu_rates(link, profile.optimizer), runner)
     assert list(table.strategy) == ["vdnn", "karma"]
     ran = table[table.status == "ok"]
     assert len(ran) and (ran.measured_s > 0).all() and (ran.predicted_s > 0).all()
@@ -224,3 +224,16 @@ def test_a_saved_weight_view_does_not_keep_an_evicted_upload_alive():
     assert all(t.data_ptr() != evicted for t in held)
     assert torch.equal(store.unpack(packed), weight.data.t())
     assert store.unpack(store.pack(weight)) is weight
+
+
+def test_a_cuda_run_happens_in_a_process_of_its_own_and_its_error_comes_back():
+    """CudaRunner runs each plan in a fresh process (a failed run can leave device memory behind);
+    the child's error comes back as the same error, here the one for a machine without CUDA."""
+    from karma.runtime.cuda import CudaRunner
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the run would succeed")
+    n = len(build("wrn28-10", "tiny", device="meta"))
+    plan = from_policies("wrn28-10", 2, ["keep"] * n)
+    with pytest.raises(KarmaError, match="no CUDA device"):
+        CudaRunner("wrn28-10", "tiny", 2, 1e9, steps=1)(plan)

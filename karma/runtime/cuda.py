@@ -24,6 +24,12 @@ from __future__ import annotations
 
 import gc
 import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -150,3 +156,54 @@ def run_cuda_steps(chain, plan, steps: int, device: torch.device):
         if isinstance(optimizer, HostWeights):
             optimizer.close()
     return max(reports, key=lambda r: r.peak_bytes), reports[1:]
+
+
+@dataclass(frozen=True)
+class CudaRunner:
+    """Runs a plan on this GPU under the cap, each run in a fresh process.
+
+    A run that ran out of memory can leave device memory behind (tensors in its exception's
+    frames, copy threads still holding jobs): on an H200 the runs after one such failure started
+    with 1-14 GB already allocated. A process of its own frees everything when it exits.
+    """
+
+    model: str
+    size: str
+    batch: int | None
+    capacity: float
+    steps: int = 2
+
+    def where(self) -> str:
+        return f"cuda ({torch.cuda.get_device_name()}, capped at {self.capacity / 1e9:.1f} GB)"
+
+    def __call__(self, plan):
+        with tempfile.TemporaryDirectory() as tmp:
+            spec, out = Path(tmp) / "spec.pkl", Path(tmp) / "out.pkl"
+            spec.write_bytes(pickle.dumps((self, plan.to_dict())))
+            done = subprocess.run([sys.executable, "-m", "karma.runtime.cuda", str(spec), str(out)], check=False)
+            if not out.exists():
+                raise KarmaError(f"the CUDA run of {plan.strategy} exited with {done.returncode} and no result")
+            result = pickle.loads(out.read_bytes())
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+
+def _run_one(spec: Path, out: Path) -> None:
+    """The child of CudaRunner: build the chain on the GPU, cap it, run; the result or the error goes to `out`."""
+    from karma.plan import Plan
+    from models.registry import build
+
+    runner, plan = pickle.loads(spec.read_bytes())
+    try:
+        device = require_cuda()
+        cap_memory(runner.capacity, device)
+        chain = build(runner.model, runner.size, runner.batch, seed=1, device=device)
+        result = run_cuda_steps(chain, Plan.from_dict(plan), runner.steps, device)
+    except KarmaError as err:  # sent without its traceback (and the tensors in its frames)
+        result = type(err)(str(err))
+    out.write_bytes(pickle.dumps(result))
+
+
+if __name__ == "__main__":
+    _run_one(Path(sys.argv[1]), Path(sys.argv[2]))

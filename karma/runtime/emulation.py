@@ -9,12 +9,13 @@ FLOP rate / the reference's sustained rate), from a measured profile.
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import pandas as pd
-import torch
 
 from karma.hardware import Hardware, load
+from karma.plan import Plan
 from karma.profile import Profile
 from karma.runtime.execute import StepReport, make_optimizer, train_step
 from karma.runtime.ledger import DeviceOOM, Ledger
@@ -23,6 +24,7 @@ from karma.runtime.rates import Rates
 from karma.runtime.streamed import HostWeights
 from karma.simulate import simulate
 from karma.strategy import get
+from models.chain import ChainModel
 
 
 def achieved_flops(profile: Profile) -> float:
@@ -68,29 +70,34 @@ def run_steps(chain, plan, capacity: float, link_bw: float, steps: int) -> tuple
     return max(reports[0], reports[-1], key=lambda r: r.peak_bytes), reports[1:-1]
 
 
-def validate(chain_factory, profile: Profile, strategies: list[str], capacity: float, rates: Rates,
-             steps: int = 3, headroom: float = 0.05, device: str = "cpu") -> pd.DataFrame:
+@dataclass(frozen=True)
+class EmulatedRunner:
+    """Runs a plan on the emulated device: this CPU, the ledger as its memory, the emulated link."""
+
+    chain_factory: Callable[[], ChainModel]
+    capacity: float
+    link_bw: float
+    steps: int = 3
+
+    def where(self) -> str:
+        return f"cpu-emulated (link {self.link_bw / 1e6:.1f} MB/s)"
+
+    def __call__(self, plan: Plan) -> tuple[StepReport, list[StepReport]]:
+        return run_steps(self.chain_factory(), plan, self.capacity, self.link_bw, self.steps)
+
+
+def validate(profile: Profile, strategies: list[str], capacity: float, rates: Rates, runner,
+             headroom: float = 0.05) -> pd.DataFrame:
     """Plan every strategy on the measured profile, simulate it and run it; one row per strategy.
 
-    `chain_factory()` builds a fresh chain (same seed) for each strategy's run. Plans are
-    made for `capacity` less `headroom` (the memory model's error, a few percent, must not
-    turn a planned fit into an OOM) and run under the full `capacity`, with the machine's
-    `rates` (karma/runtime/rates.py). On `device='cuda'` the runs use the real GPU
-    (karma/runtime/cuda.py; the caller caps its memory).
+    Plans are made for `capacity` less `headroom` (the memory model's error, a few percent, must
+    not turn a planned fit into an OOM), simulated with the machine's `rates`
+    (karma/runtime/rates.py) and run under the full `capacity` by `runner(plan)` -> (the memory
+    step, the timed steps): an EmulatedRunner here, a karma.runtime.cuda.CudaRunner on a GPU
+    (the caller caps its memory). Every strategy's run starts from a freshly built chain.
     """
     planned = capacity * (1 - headroom)
-    hw = emulated_hardware(profile, rates, planned)
-    if device == "cuda":
-        from karma.runtime.cuda import require_cuda, run_cuda_steps
-
-        gpu = require_cuda()
-        hw = replace(hw, name=f"cuda ({torch.cuda.get_device_name(gpu)}, capped at {capacity / 1e9:.1f} GB)")
-
-        def run(chain, plan):
-            return run_cuda_steps(chain, plan, steps, gpu)
-    else:
-        def run(chain, plan):
-            return run_steps(chain, plan, capacity, rates.h2d, steps)
+    hw = replace(emulated_hardware(profile, rates, planned), name=runner.where())
     rows = []
     for name in strategies:
         plan = get(name)(profile, hw, planned)
@@ -103,7 +110,7 @@ def validate(chain_factory, profile: Profile, strategies: list[str], capacity: f
                          f"and rates ({rates.describe()})"}
         if sim.feasible:
             try:
-                memory, timed = run(chain_factory(), plan)
+                memory, timed = runner(plan)
                 row.update(measured_s=statistics.median(r.time for r in timed),
                            measured_peak_MB=memory.peak_bytes / 1e6)
             except DeviceOOM as err:

@@ -3,11 +3,12 @@
     python -m karma.runtime.gpu_check            # V100-like: the allocator capped at 16 GB
 
 For each model (default: ResNet-50 and WRN-28-10 at paper size, whose in-core footprint is
-2-3x 16 GB) it measures the profile on this GPU, the pinned host->device copy speed and the
-device memory bandwidth, plans every resident-weights strategy for the capped memory (less 5%
-headroom), simulates each plan and runs it for real with the CUDA path (copy streams, pinned
-buffers, events; karma/runtime/cuda.py): step time and allocator peak, measured vs predicted,
-and KARMA's speedup over each baseline from the same run. Writes the table as CSV if asked.
+2-3x 16 GB) it measures the profile on this GPU and the machine's rates (pinned copies each way,
+device memory bandwidth, the host optimizer: karma/runtime/rates.py), plans every strategy for
+the capped memory (less 5% headroom), simulates each plan and runs it for real with the CUDA path
+(copy streams, pinned buffers, events; karma/runtime/cuda.py), each run in a process of its own:
+step time and allocator peak, measured vs predicted, and KARMA's speedup over each baseline from
+the same run. Writes the table as CSV if asked.
 Without a GPU it exits with one line. Not part of CI (no GPU there).
 """
 
@@ -48,17 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         device = cuda.require_cuda()
         capacity = args.capacity_gb * 1e9
-        cuda.cap_memory(capacity, device)
-        print(f"{torch.cuda.get_device_name(device)}: allocator capped at {args.capacity_gb:.1f} GB", flush=True)
+        if capacity > torch.cuda.get_device_properties(device).total_memory:
+            raise KarmaError(f"--capacity-gb {args.capacity_gb} exceeds this GPU's memory")
+        print(f"{torch.cuda.get_device_name(device)}: each run in a process of its own, its allocator capped at "
+              f"{args.capacity_gb:.1f} GB", flush=True)
         tables = []
         for model in args.models:
-            def factory(model=model):
-                return build(model, args.size, seed=1, device=device)
-
-            # Profile one unit at a time without the cap (a profile is not the run), then cap.
-            torch.cuda.set_per_process_memory_fraction(1.0, device)
+            # Profile one unit at a time without the cap (a profile is not the run); the runs are capped.
             try:
-                profile = measured_profile(factory(), reps=2)
+                profile = measured_profile(build(model, args.size, seed=1, device=device), reps=2)
             except torch.cuda.OutOfMemoryError:
                 print(f"{model}: a unit does not fit the whole GPU to be profiled; skipped", flush=True)
                 continue
@@ -66,10 +65,10 @@ def main(argv: list[str] | None = None) -> int:
                 gc.collect()
                 torch.cuda.empty_cache()
             print(f"{model}: profiled ({time.perf_counter() - start:.0f} s)", flush=True)
-            cuda.cap_memory(capacity, device)
-            rates = cuda_rates(device, profile.optimizer)
+            rates = cuda_rates(device, profile.optimizer)  # uncapped too: the runs are other processes
             print(f"{model}: {rates.describe()}", flush=True)
-            table = validate(factory, profile, args.strategies, capacity, rates, args.steps, device="cuda")
+            runner = cuda.CudaRunner(model, args.size, None, capacity, args.steps)
+            table = validate(profile, args.strategies, capacity, rates, runner)
             print(table[SHOWN].to_string(index=False, float_format=lambda v: f"{v:.3f}"), flush=True)
             print(f"{model}: ran {len(args.strategies)} strategies ({time.perf_counter() - start:.0f} s)", flush=True)
             tables.append(table)

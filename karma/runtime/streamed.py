@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 
 from karma.plan import Plan
-from karma.runtime.copies import copy_into, to_host
+from karma.runtime.copies import copy_into, device_empty_like, to_host
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
 from karma.runtime.optim import new_optimizer
@@ -29,10 +29,11 @@ from models.chain import ChainModel
 
 class _DeviceCopies:
     """Which streamed weights have a device copy. On CUDA a weight's device storage exists only
-    while some block holds it: an upload allocates it (on the copy stream, marked for the compute
-    stream), the last eviction frees it (`p.data` swapped for an empty tensor, as DeepSpeed does).
-    On the emulated device the weights stay where they are and only the ledger counts them
-    (`physical=True` frees them there too, so that tests exercise the CUDA behaviour on a CPU)."""
+    while some block holds it: an upload allocates it (from the compute stream's pool, marked for
+    the copy stream: karma/runtime/copies.py), the last eviction frees it (`p.data` swapped for an
+    empty tensor, as DeepSpeed does). On the emulated device the weights stay where they are and
+    only the ledger counts them (`physical=True` frees them there too, so that tests exercise the
+    CUDA behaviour on a CPU)."""
 
     def __init__(self, params: list[torch.Tensor], masters: dict[int, torch.Tensor], physical: bool | None = None):
         self.masters = masters
@@ -47,9 +48,7 @@ class _DeviceCopies:
         with self._lock:
             self.holders[id(p)] += 1
             if self.physical and p.data.numel() == 0:
-                p.data = torch.empty_like(self.masters[id(p)], device=p.device)
-                if p.is_cuda:
-                    p.data.record_stream(torch.cuda.default_stream(p.device))
+                p.data = device_empty_like(self.masters[id(p)], p.device)
 
     def release(self, p: torch.Tensor) -> None:
         with self._lock:

@@ -11,7 +11,7 @@ with logged(sm):
     import torch
 
     from karma.profile_measured import measured_profile
-    from karma.runtime.emulation import default_link_bandwidth, validate
+    from karma.runtime.emulation import EmulatedRunner, default_link_bandwidth, validate
     from karma.runtime.rates import cpu_rates, cuda_rates
     from karma.tables import to_markdown
     from models import build
@@ -29,14 +29,14 @@ with logged(sm):
     profile = measured_profile(build(model, "small", batch, device=where), reps=3)
     capacity = profile.in_core_peak_bytes() * sm.params.fraction
     if device == "cuda":
-        cuda.cap_memory(capacity, where)
         rates = cuda_rates(where, profile.optimizer)
+        runner = cuda.CudaRunner(model, "small", batch, capacity, sm.params.steps)
     else:
         link = sm.params.link_mbs * 1e6 if sm.params.link_mbs else default_link_bandwidth(profile)
         rates = cpu_rates(link, profile.optimizer)
+        runner = EmulatedRunner(lambda: build(model, "small", batch, seed=1), capacity, link, sm.params.steps)
     print(f"{model} small batch {profile.batch}: {rates.describe()}; capacity {capacity / 1e6:.1f} MB "
           f"({sm.params.fraction} of the in-core {profile.in_core_peak_bytes() / 1e6:.1f} MB)")
-    table = validate(lambda: build(model, "small", batch, seed=1, device=where), profile, list(sm.params.strategies),
-                     capacity, rates, steps=sm.params.steps, device=device)
+    table = validate(profile, list(sm.params.strategies), capacity, rates, runner)
     table.to_csv(sm.output[0], index=False)
     print(to_markdown(table.drop(columns=["source"])))
