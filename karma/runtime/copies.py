@@ -22,28 +22,10 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def device_empty_like(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A device buffer for a copy made on the current (copy) stream but used by the compute stream.
-
-    It is allocated from the compute stream's pool (the caching allocator keeps one pool per
-    stream: buffers allocated on a copy stream and freed by the compute stream stay reserved for
-    the copy stream, and under a cap the two pools together ran out of memory on an H200 with a
-    plan predicted to fit), then marked as used by the copy stream too.
-    """
-    if device.type == "cpu":
-        return torch.empty_like(t, device=device)
-    with torch.cuda.stream(torch.cuda.default_stream(device)):
-        out = torch.empty_like(t, device=device)
-    out.record_stream(torch.cuda.current_stream(device))
-    return out
-
-
 def to_device(h: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type == "cpu":
         return h.clone()
-    out = device_empty_like(h, device)
-    out.copy_(h, non_blocking=True)
-    return out
+    return h.to(device, non_blocking=True)
 
 
 def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:

@@ -94,6 +94,13 @@ class CudaLink(EmulatedLink):
         return result
 
 
+def host_threads() -> int:
+    """Intra-op threads of the host optimizer next to a GPU: the host's cores less one for the
+    Python thread launching kernels and one for the copy threads (ZeRO-Offload's CPU Adam and
+    KARMA's host updates are multi-threaded too; KARMA Sec. V)."""
+    return max(1, len(os.sched_getaffinity(0)) - 2)
+
+
 def peak_of_step(device: torch.device, step) -> tuple[object, int]:
     """Run `step()` with the allocator's peak reset; returns (its result, the peak bytes)."""
     torch.cuda.synchronize(device)
@@ -143,7 +150,8 @@ def run_cuda_steps(chain, plan, steps: int, device: torch.device):
     gc.collect()  # the previous run's blocks back to the allocator, not counted against this cap
     torch.cuda.empty_cache()
     # streamed weights: host masters and optimizers; the device copies exist only while uploaded
-    optimizer = HostWeights(chain, plan) if plan.weights == "streamed" else make_optimizer(chain)
+    optimizer = HostWeights(chain, plan, threads=host_threads()) if plan.weights == "streamed" \
+        else make_optimizer(chain)
     reports = []
     try:
         with CudaLink(device) as link:

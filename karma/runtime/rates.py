@@ -7,7 +7,8 @@ the device's memory bandwidth (the device optimizer step) and the host optimizer
 * link: pinned copies on CUDA, each direction apart (an H200's d2h is not its h2d); on the CPU
   the emulated link, whose bandwidth is set, not measured (DESIGN.md, Measured versus simulated);
 * host update: the chain's own optimizer (karma/runtime/optim.py) stepping a block of weights on
-  one host thread, as HostWeights does; bytes touched per second (simulate.optimizer_traffic_bytes:
+  a host thread with as many intra-op threads as HostWeights gets (one on the emulated device,
+  the cores a GPU's host can spare on CUDA); bytes touched per second (simulate.optimizer_traffic_bytes:
   (3 + 2k) x weight bytes). The preset's 45 GB/s is a whole ABCI node's STREAM share; one thread of
   a single-tensor Adam reaches a fraction of it (the GPU check on an H200 found KARMA's streamed
   WRN-28-10 1.27x slower than predicted with the preset's figure).
@@ -53,17 +54,18 @@ def measure_copy_bandwidth(nbytes: int = 64 << 20, reps: int = 5) -> float:
     return 2 * nbytes / statistics.median(times)
 
 
-def measure_host_update(optimizer: str, nbytes: int = 32 << 20, reps: int = 3) -> float:
+def measure_host_update(optimizer: str, nbytes: int = 128 << 20, reps: int = 3, threads: int = 1) -> float:
     """Bytes/s the runtime's host optimizer streams: `optimizer` stepping `nbytes` of fp32 weights
-    on a thread of its own limited to one intra-op thread (karma/runtime/streamed.py, _step)."""
+    (a block's worth: 128 MB is about one Megatron-1.2B layer) on a thread of its own with
+    `threads` intra-op threads (karma/runtime/streamed.py, _step), its gradient already in memory."""
     weight = torch.nn.Parameter(torch.zeros(nbytes // 4))
+    weight.grad = torch.full_like(weight, 1e-3)
     opt = new_optimizer(optimizer, [weight])
     times: list[float] = []
 
     def run():
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)
         for _ in range(reps + 1):
-            weight.grad = torch.full_like(weight, 1e-3)
             t0 = time.perf_counter()
             opt.step()
             times.append(time.perf_counter() - t0)
@@ -84,4 +86,5 @@ def cuda_rates(device: torch.device, optimizer: str) -> Rates:
     from karma.runtime import cuda
 
     return Rates(cuda.measure_link(device, "h2d"), cuda.measure_link(device, "d2h"),
-                 cuda.measure_memory_bandwidth(device), measure_host_update(optimizer), "measured")
+                 cuda.measure_memory_bandwidth(device), measure_host_update(optimizer, threads=cuda.host_threads()),
+                 "measured")

@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 
 from karma.plan import Plan
-from karma.runtime.copies import copy_into, device_empty_like, to_host
+from karma.runtime.copies import copy_into, to_host
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
 from karma.runtime.optim import new_optimizer
@@ -29,8 +29,8 @@ from models.chain import ChainModel
 
 class _DeviceCopies:
     """Which streamed weights have a device copy. On CUDA a weight's device storage exists only
-    while some block holds it: an upload allocates it (from the compute stream's pool, marked for
-    the copy stream: karma/runtime/copies.py), the last eviction frees it (`p.data` swapped for an
+    while some block holds it: an upload allocates it (on the copy stream, marked for the compute
+    stream), the last eviction frees it (`p.data` swapped for an
     empty tensor, as DeepSpeed does). On the emulated device the weights stay where they are and
     only the ledger counts them (`physical=True` frees them there too, so that tests exercise the
     CUDA behaviour on a CPU)."""
@@ -48,7 +48,9 @@ class _DeviceCopies:
         with self._lock:
             self.holders[id(p)] += 1
             if self.physical and p.data.numel() == 0:
-                p.data = device_empty_like(self.masters[id(p)], p.device)
+                p.data = torch.empty_like(self.masters[id(p)], device=p.device)
+                if p.is_cuda:
+                    p.data.record_stream(torch.cuda.default_stream(p.device))
 
     def release(self, p: torch.Tensor) -> None:
         with self._lock:
@@ -62,14 +64,16 @@ class HostWeights:
 
     def __init__(self, chain: ChainModel, plan: Plan, lr: float = 0.01, link: EmulatedLink | None = None,
                  reduce: Callable[[list[torch.Tensor]], Callable[[], None]] | None = None, pipelined: bool = True,
-                 physical: bool | None = None):
+                 physical: bool | None = None, threads: int = 1):
         """`reduce(grads)` starts combining a block's host gradients across data-parallel ranks
         (a non-blocking all-reduce) and returns the wait for it; the block's update runs after
         the wait, on the host thread, while later blocks' all-reduces are in flight.
         `pipelined=False` defers every block's reduce and update until the whole backward is
         done (the naive order). With a resident-weights plan the weights stay on the device
         and `link` carries each block's updated weights back up after its update (in the gap
-        before the next forward). `physical`: see _DeviceCopies (default: on CUDA only)."""
+        before the next forward). `physical`: see _DeviceCopies (default: on CUDA only).
+        `threads`: intra-op threads of the host optimizer (one on the emulated device, whose
+        compute needs the other core; a GPU's host has cores to spare: karma.runtime.cuda)."""
         units = list(chain.units.children())
         # each weight once per block, even when two of its units share it (a tied weight)
         self.uses = [list({id(p): p for i in b.units for p in units[i].parameters()}.values())
@@ -85,6 +89,7 @@ class HostWeights:
         self.optimizers = [new_optimizer(chain.optimizer, [self.master[id(p)] for p in owned], lr) if owned else None
                            for owned in self.owned]
         self.host = ThreadPoolExecutor(max_workers=1, thread_name_prefix="host-optimizer")
+        self.threads = threads
         self.steps: list[Future] = []
         self.reduce = reduce
         self.pipelined = pipelined
@@ -160,7 +165,7 @@ class HostWeights:
         return self.reduce([self.master[id(p)].grad for p in self.owned[k]])
 
     def _step(self, k: int, wait: Callable[[], None] | None) -> None:
-        torch.set_num_threads(1)
+        torch.set_num_threads(self.threads)
         if wait is not None:
             wait()
         self.optimizers[k].step()
