@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--out", help="write the table here (CSV)")
     args = p.parse_args(argv)
+    if args.steps < 1:
+        p.error("--steps must be at least 1 (a warm-up step runs before them)")
     start = time.perf_counter()
     try:
         device = cuda.require_cuda()
