@@ -37,6 +37,7 @@ def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
         output_bytes=last.output_bytes,
         param_bytes=sum(u.param_bytes for u in units),
         tied_param_bytes=sum(u.tied_param_bytes for u in units),
+        shared_param_bytes=sum(u.shared_param_bytes for u in units),
         buffer_bytes=sum(u.buffer_bytes for u in units),
         optimizer_bytes=sum(u.optimizer_bytes for u in units),
         workspace_bytes=max(u.workspace_bytes for u in units),

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from karma.errors import KarmaError, read_json
 
-VERSION = 2
+VERSION = 3
 #: bytes of optimizer state per byte of weights (SGD with momentum: the momentum
 #: buffer; Adam: first and second moments, Kingma & Ba 2015).
 OPTIMIZER_STATE_FACTOR = {"sgd": 1, "adam": 2}
@@ -43,7 +43,9 @@ class UnitProfile:
     gradient of its pre-loss output too), counted from its peak with its saved
     tensors and gradients taken out, so negative when autograd frees saved
     tensors before the backward's transients peak. Tracked per storage until
-    its last tensor dies (karma/unit_trace.py).
+    its last tensor dies (karma/unit_trace.py). `tied_param_bytes`: weights this
+    unit uses that an earlier unit owns (GPT's head and the embedding table);
+    `shared_param_bytes`: this unit's own weights that a later unit uses too.
     """
 
     name: str
@@ -64,17 +66,21 @@ class UnitProfile:
     workspace_bytes: int
     backward_workspace_bytes: int
     tied_param_bytes: int = 0
+    shared_param_bytes: int = 0
 
 
 class GradientBytes:
     """Weight-gradient bytes a unit's backward creates, in backward order: its own weights' and
-    those of tied weights it uses (owned by an earlier unit, whose backward then finds them made)."""
+    those of tied weights it uses (owned by an earlier unit). The owner's backward then finds the
+    gradient of its shared weights made already and accumulates into it (GPT's embedding, whose
+    table the head uses: found crediting the unit after the head instead, a layer, on the runtime's
+    Megatron peak)."""
 
     def __init__(self):
         self.made_early = 0
 
     def __call__(self, u) -> float:
-        credit = min(self.made_early, u.param_bytes)
+        credit = min(self.made_early, u.shared_param_bytes)
         self.made_early += u.tied_param_bytes - credit
         return u.param_bytes + u.tied_param_bytes - credit
 

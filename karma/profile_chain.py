@@ -9,6 +9,7 @@ same input shape) are traced and timed once. Parameters shared between units
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
@@ -41,6 +42,8 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
     seen: set[int] = set()
     cache: dict[tuple, tuple[UnitTrace, float, float]] = {}
     units = []
+    owner: dict[int, int] = {}  # weight -> the first unit using it
+    shared = [0] * len(model.units)
     named = list(model.units.named_children())
     for i, (name, unit) in enumerate(named):
         last = i == len(named) - 1
@@ -52,6 +55,10 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
             cache[key] = (trace, *timer(unit, x, loss, target, trace))
         trace, t_fwd, t_bwd = cache[key]
         params, buffers, tied = weight_bytes(unit, seen)
+        for p in unit.parameters():
+            j = owner.setdefault(id(p), i)
+            if j != i:
+                shared[j] += p.numel() * p.element_size()
         units.append(UnitProfile(
             name=name,
             forward_time=t_fwd,
@@ -77,5 +84,6 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
         x = next_input(trace.output)
     for p in model.units.parameters():
         p.grad = None
+    units = [replace(u, shared_param_bytes=shared[i]) for i, u in enumerate(units)]
     return Profile(model=model.name, size=model.size, batch=model.batch, source=source, device=label,
                    optimizer=model.optimizer, units=tuple(units), note=note)

@@ -26,7 +26,7 @@ from karma.plan import Plan, from_policies
 from karma.profile import Profile, UnitProfile
 from karma.simulate import simulate
 
-CONSTANT = {"name", "param_bytes", "buffer_bytes", "optimizer_bytes", "tied_param_bytes"}
+CONSTANT = {"name", "param_bytes", "buffer_bytes", "optimizer_bytes", "tied_param_bytes", "shared_param_bytes"}
 
 
 def interpolate(one: Profile, big: Profile, batch: int) -> Profile:

@@ -22,7 +22,8 @@ of the op that produces it, freed at the end of the op that last needs it):
   again, so it is not counted twice;
 * during a unit's forward its (forward) workspace; during its backward the
   gradient of its output (none for the last unit, which starts from the scalar
-  loss), of its input and its backward workspace; weight gradients from the
+  loss; in a recomputed block from the start of its recompute), of its input
+  and its backward workspace; weight gradients from the
   backward to the optimizer step (resident) or the download (streamed);
 * streamed weights from their upload to the end of the block's pass (a tied
   weight with every block that uses it, as the runtime uploads it); a tied
@@ -269,6 +270,8 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
         b = blocks[k]
         ready = max(bwd_ready, prefetch_end[k])
         first = True
+        # the gradient of the block's output (made by the next unit's backward) waits through the recompute
+        waiting_grad = units[b.stop - 1].output_bytes if b.policy == "recompute" and b.stop < len(units) else 0.0
         if b.policy == "recompute":
             for i in b.units:
                 u = units[i]
@@ -276,6 +279,7 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
                                     alloc=own[i] + u.workspace_bytes, free=u.workspace_bytes)
                 if first:
                     first = False
+                    s.alloc(start, waiting_grad, k)
                     if k - depth >= 0:
                         prefetch(k - depth, start)
         for i in reversed(b.units):
@@ -284,6 +288,9 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
             grads = tied_grads(u)
             start, ready = s.op("compute", "backward", k, ready, u.backward_time,
                                 alloc=transient + grads, free=transient + own[i])
+            if waiting_grad:  # from here it is the backward's own output gradient
+                s.release(start, waiting_grad, k)
+                waiting_grad = 0.0
             if first:
                 first = False
                 if k - depth >= 0:
