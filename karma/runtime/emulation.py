@@ -106,8 +106,9 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
                "predicted_s": sim.time, "predicted_peak_MB": sim.peak_bytes / 1e6,
                "capacity_MB": capacity / 1e6, "measured_s": None, "measured_peak_MB": None,
                "status": "ok" if sim.feasible else "OOM (simulated)",
-               "source": f"measured on {hw.name}; predicted by the simulator on the measured profile "
-                         f"and rates ({rates.describe()})"}
+               "rates": rates.describe(),
+               "source": f"measured on {hw.name}; predicted by the simulator on the measured profile and the "
+                         f"rates measured on this machine (column rates)"}
         if sim.feasible:
             try:
                 memory, timed = runner(plan)

@@ -26,7 +26,11 @@ with logged(sm):
         "",
         f"Worst |measured / predicted - 1| of the step time: {worst:.3f} (target 0.15); of the peak: "
         f"{peak_worst:.3f} (target 0.05).",
-    ], table)
+        "",
+        "Rates of this machine the predictions use (karma/runtime/rates.py), per model's run:",
+        "",
+        *[f"* {model}: {rates}" for model, rates in table.groupby("model", sort=False).rates.first().items()],
+    ], table.drop(columns=["rates"]))
     Path(sm.output.md).write_text(text)
     measured_vs_predicted_figure(table, Path(sm.output.figure))
     print(text)
