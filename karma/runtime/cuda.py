@@ -159,6 +159,7 @@ def run_cuda_steps(chain, plan, steps: int, device: torch.device):
     try:
         with CudaLink(device) as link:
             for s in range(steps + 1):
+                gc.collect()  # the peak is taken on these untracked steps: start each from the same memory
                 batch = chain.make_batch(seed=s, device=device)
                 report, peak = peak_of_step(device, lambda batch=batch: train_step(
                     chain, plan, optimizer, batch, Ledger(float("inf")), link, track=False))

@@ -55,7 +55,7 @@ def run_steps(chain, plan, capacity: float, link_bw: float, steps: int) -> tuple
     Memory steps put every tensor they create on the ledger: the peak is the measured peak, and
     they raise DeviceOOM past the capacity. The timed steps run the same computation without that
     per-tensor accounting (a Python dispatch mode, 5-20% of a step on this CPU, which a GPU's
-    allocator does not cost); they still account weights and saved tensors.
+    allocator does not cost); they still account weights and what swapped blocks save.
     """
     optimizer = HostWeights(chain, plan) if plan.weights == "streamed" else make_optimizer(chain)
     reports = []

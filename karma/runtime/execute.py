@@ -113,7 +113,7 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
     `optimizer` is a torch optimizer for resident weights, a HostWeights for streamed ones.
     `track=False` skips the accounting of every created tensor (LiveTracker, a Python
     dispatch mode costing ~5% on this CPU; CUDA's allocator does it for free): then only
-    weights, optimizer state and the saved tensors are on the ledger.
+    weights, optimizer state and the saved tensors of swapped blocks are on the ledger.
     The forward builds one autograd graph: kept blocks save as usual, swapped blocks
     pack their saved tensors into a store copied to the host, recomputed blocks are
     torch.utils.checkpoint segments whose input is the only saved tensor (kept, or
@@ -127,9 +127,12 @@ def train_step(chain: ChainModel, plan: Plan, optimizer: torch.optim.Optimizer |
     if streamed and not host_side:
         raise KarmaError("streamed weights need a HostWeights optimizer (karma.runtime.streamed)")
     # Tensors caught in reference cycles (autograd nodes and hook closures) live until Python's
-    # collector runs, at a different moment each run: collect before the step, not during it, so
-    # that its memory is the same every run.
-    gc.collect()
+    # collector runs, at a different moment each run: collect before a memory step, not during it,
+    # so that its memory is the same every run. Not before a timed step: a full collection takes
+    # 80-150 ms in a process holding torch and pandas, a third of a small model's step, which a
+    # plain PyTorch loop does not pay (the runtime's own overhead is ~2%: tests/benchmarks).
+    if track:
+        gc.collect()
     with _collector_paused():
         return _train_step(chain, plan, optimizer, batch, ledger, link, track)
 
@@ -266,7 +269,11 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
             tracker.where = f"forward of block {k}"
             t0 = time.perf_counter()
             fn, mods = block_fn(k)
-            with torch.autograd.graph.saved_tensors_hooks(stores[k].pack, stores[k].unpack):
+            # A timed step on the emulated device skips the accounting of what kept blocks save (their
+            # memory is the memory step's to measure): Python pack hooks on every saved tensor cost ~2%.
+            hooked = track or stores[k].swap or streamed
+            with torch.autograd.graph.saved_tensors_hooks(stores[k].pack, stores[k].unpack) if hooked \
+                    else contextlib.nullcontext():
                 if b.policy == "recompute":
                     out = checkpoint(fn, x, use_reentrant=False, preserve_rng_state=True,
                                      context_fn=lambda mods=mods: _keep_bn_statistics(mods))

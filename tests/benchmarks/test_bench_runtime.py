@@ -3,7 +3,13 @@
 The issue's target: the runtime with an all-keep plan within 3% of plain PyTorch on
 the same model. Compare the rows' medians (same run, same process, one thread):
 `track=False` is the runtime's own cost; `track=True` adds the emulated device's
-accounting of every tensor (a Python dispatch mode), which a CUDA device does not need.
+accounting of every tensor (a Python dispatch mode) and a full garbage collection before
+the step, which a CUDA device does not need.
+
+Measured on this 2-core CPU (2026-11-29, medians of 7): Megatron small b8 434.0 ms vs
+434.2 ms plain (1.00x), WRN-28-10 small b16 566.7 vs 602.4 ms (0.94x; run-to-run noise is
+a few percent here). Before the timed steps stopped collecting garbage and hooking kept
+blocks' saved tensors: 1.34x and 1.17x.
 """
 
 import math
