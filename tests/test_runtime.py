@@ -237,3 +237,15 @@ def test_a_cuda_run_happens_in_a_process_of_its_own_and_its_error_comes_back():
     plan = from_policies("wrn28-10", 2, ["keep"] * n)
     with pytest.raises(KarmaError, match="no CUDA device"):
         CudaRunner("wrn28-10", "tiny", 2, 1e9, steps=1)(plan)
+
+
+def test_an_oom_names_each_streams_pool():
+    """A CUDA OOM reports the allocator's pools per stream (from memory_snapshot segments)."""
+    from karma.runtime.cuda import pools_by_stream
+
+    segments = [{"stream": 0, "total_size": 4e9, "allocated_size": 1e9},
+                {"stream": 0x55, "total_size": 2e9, "allocated_size": 0},
+                {"stream": 0, "total_size": 1e9, "allocated_size": 1e9}]
+    assert pools_by_stream(segments) == ("stream 0x0: 5.00 GB reserved, 2.00 GB allocated, "
+                                         "stream 0x55: 2.00 GB reserved, 0.00 GB allocated")
+    assert pools_by_stream([]) == "no segments"

@@ -94,6 +94,21 @@ class CudaLink(EmulatedLink):
         return result
 
 
+def pools_by_stream(segments: list[dict]) -> str:
+    """Reserved and allocated bytes of the caching allocator per stream, from
+    `torch.cuda.memory_snapshot()` segments: a block belongs to the pool of the stream it was
+    allocated on, so memory reserved for a copy stream cannot serve the compute stream (the
+    question an OOM with far more reserved than allocated memory raises; WRN-28-10 vDNN on an H200:
+    2.9 GB allocated, 15.5 GB reserved)."""
+    pools: dict[int, list[int]] = {}
+    for seg in segments:
+        total = pools.setdefault(seg.get("stream", 0), [0, 0])
+        total[0] += seg.get("total_size", 0)
+        total[1] += seg.get("allocated_size", 0)
+    return ", ".join(f"stream {stream:#x}: {r / 1e9:.2f} GB reserved, {a / 1e9:.2f} GB allocated"
+                     for stream, (r, a) in sorted(pools.items())) or "no segments"
+
+
 def host_threads() -> int:
     """Intra-op threads of the host optimizer next to a GPU: the host's cores less one for the
     Python thread launching kernels and one for the copy threads (ZeRO-Offload's CPU Adam and

@@ -95,9 +95,12 @@ def _named_cuda_oom(tracker):
         yield
     except torch.cuda.OutOfMemoryError as err:
         tried = str(err).split(". ")[1] if ". " in str(err) else str(err)[:80]
+        from karma.runtime.cuda import pools_by_stream
+
         raise DeviceOOM(f"{tracker.where or 'step'}: CUDA out of memory under the capped allocator ({tried}; "
                         f"{torch.cuda.memory_allocated() / 1e9:.2f} GB allocated, "
-                        f"{torch.cuda.memory_reserved() / 1e9:.2f} GB reserved)") from None
+                        f"{torch.cuda.memory_reserved() / 1e9:.2f} GB reserved; "
+                        f"{pools_by_stream(torch.cuda.memory_snapshot())})") from None
 
 
 class _Untracked(contextlib.nullcontext):
