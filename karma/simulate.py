@@ -275,8 +275,13 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
         if b.policy == "recompute":
             for i in b.units:
                 u = units[i]
+                workspace = u.workspace_bytes
+                if i == b.stop - 1 and i < len(units) - 1 and not u.saved_output_bytes:
+                    # the recompute stops once the last saved tensor is made again (torch.utils.checkpoint's
+                    # early stop): an output nobody saved, at the block's end, is not made again
+                    workspace = max(workspace - u.output_bytes, 0)
                 start, ready = s.op("compute", "recompute", k, ready, u.forward_time,
-                                    alloc=own[i] + u.workspace_bytes, free=u.workspace_bytes)
+                                    alloc=own[i] + workspace, free=workspace)
                 if first:
                     first = False
                     s.alloc(start, waiting_grad, k)

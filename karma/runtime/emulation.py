@@ -19,7 +19,7 @@ from karma.plan import Plan
 from karma.profile import Profile
 from karma.runtime.execute import StepReport, make_optimizer, train_step
 from karma.runtime.ledger import DeviceOOM, Ledger
-from karma.runtime.link import EmulatedLink
+from karma.runtime.link import EmulatedLink, emulated_label
 from karma.runtime.rates import Rates
 from karma.runtime.streamed import HostWeights
 from karma.simulate import simulate
@@ -42,7 +42,7 @@ def emulated_hardware(profile: Profile, rates: Rates, capacity: float) -> Hardwa
     """The machine a run happens on, as the simulator's Hardware: the reference's network and
     kernel-free compute at this profile's achieved rate, with the rates measured here."""
     ref = load("v100-abci")
-    name = f"cpu-emulated (link {rates.h2d / 1e6:.1f} MB/s)" if rates.link == "emulated" else "this machine"
+    name = emulated_label(rates.h2d) if rates.link == "emulated" else "this machine"
     return replace(ref, name=name, device_memory=capacity, flops=achieved_flops(profile), memory_bw=rates.memory_bw,
                    h2d_bw=rates.h2d, d2h_bw=rates.d2h, host_update_bw=rates.host_update, kernel_launch=0.0,
                    description=f"this machine as the device: {rates.describe()}")
@@ -80,7 +80,7 @@ class EmulatedRunner:
     steps: int = 3
 
     def where(self) -> str:
-        return f"cpu-emulated (link {self.link_bw / 1e6:.1f} MB/s)"
+        return emulated_label(self.link_bw)
 
     def __call__(self, plan: Plan) -> tuple[StepReport, list[StepReport]]:
         return run_steps(self.chain_factory(), plan, self.capacity, self.link_bw, self.steps)
@@ -94,7 +94,8 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
     not turn a planned fit into an OOM), simulated with the machine's `rates`
     (karma/runtime/rates.py) and run under the full `capacity` by `runner(plan)` -> (the memory
     step, the timed steps): an EmulatedRunner here, a karma.runtime.cuda.CudaRunner on a GPU
-    (the caller caps its memory). Every strategy's run starts from a freshly built chain.
+    (which caps the memory in the process it runs in). Every strategy's run starts from a freshly
+    built chain.
     """
     planned = capacity * (1 - headroom)
     hw = replace(emulated_hardware(profile, rates, planned), name=runner.where())

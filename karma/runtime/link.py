@@ -34,6 +34,11 @@ class _Job:
     ready: object = None  # CudaLink: an event on the compute stream the copy must wait for
 
 
+def emulated_label(h2d_bw: float, duplex: str = "full") -> str:
+    """Where numbers measured through an emulated link come from."""
+    return f"cpu-emulated (link {h2d_bw / 1e6:.1f} MB/s{', half duplex' if duplex == 'half' else ''})"
+
+
 class EmulatedLink:
     def __init__(self, h2d_bw: float, d2h_bw: float, latency: float = 0.0, duplex: str = "full"):
         self.bw = {"h2d": h2d_bw, "d2h": d2h_bw}
@@ -52,8 +57,7 @@ class EmulatedLink:
     @property
     def label(self) -> str:
         """Where numbers measured through this link come from."""
-        bw = self.bw["h2d"] / 1e6
-        return f"cpu-emulated (link {bw:.1f} MB/s{', half duplex' if self.duplex == 'half' else ''})"
+        return emulated_label(self.bw["h2d"], self.duplex)
 
     def _queue_name(self, direction: str) -> str:
         return "link" if self.duplex == "half" else direction

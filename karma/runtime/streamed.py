@@ -30,10 +30,9 @@ from models.chain import ChainModel
 class _DeviceCopies:
     """Which streamed weights have a device copy. On CUDA a weight's device storage exists only
     while some block holds it: an upload allocates it (on the copy stream, marked for the compute
-    stream), the last eviction frees it (`p.data` swapped for an
-    empty tensor, as DeepSpeed does). On the emulated device the weights stay where they are and
-    only the ledger counts them (`physical=True` frees them there too, so that tests exercise the
-    CUDA behaviour on a CPU)."""
+    stream), the last eviction frees it (`p.data` swapped for an empty tensor, as DeepSpeed does).
+    On the emulated device the weights stay where they are and only the ledger counts them
+    (`physical=True` frees them there too, so that tests exercise the CUDA behaviour on a CPU)."""
 
     def __init__(self, params: list[torch.Tensor], masters: dict[int, torch.Tensor], physical: bool | None = None):
         self.masters = masters
