@@ -14,6 +14,10 @@ Weights are ``resident`` (weights, gradients and optimizer state on the
 device, optimizer step on the device) or ``streamed`` (uploaded per block
 before its forward and again before its backward; gradients downloaded after
 the block's backward; the optimizer step runs on the host, KARMA Sec. V).
+``optimizer='host'`` with resident weights is ZeRO-Offload's layout (Ren et
+al. 2021, Sec. 4): weights stay on the device, the optimizer state lives on the
+host, each block's gradients go down after its backward, the host updates the
+master weights and sends them back up. Streamed weights always update on the host.
 ``prefetch_depth`` is how many blocks ahead of the running backward block the
 prefetches (activations, checkpoints, streamed weights) are issued.
 """
@@ -30,6 +34,7 @@ VERSION = 1
 POLICIES = ("keep", "swap", "recompute")
 PLACES = ("device", "host")
 WEIGHTS = ("resident", "streamed")
+OPTIMIZERS = ("device", "host")
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class Plan:
     blocks: tuple[Block, ...]
     weights: str = "resident"
     prefetch_depth: int = 1
+    optimizer: str = "device"
     strategy: str = "manual"
     predicted_time: float | None = None
     predicted_peak: float | None = None
@@ -63,6 +69,11 @@ class Plan:
 
     def __post_init__(self):
         validate(self)
+
+    @property
+    def host_optimizer(self) -> bool:
+        """The optimizer step runs on the host (streamed weights, or resident ones with optimizer='host')."""
+        return self.weights == "streamed" or self.optimizer == "host"
 
     def with_prediction(self, time: float, peak: float) -> Plan:
         return replace(self, predicted_time=time, predicted_peak=peak)
@@ -103,7 +114,7 @@ class Plan:
             if extra:
                 raise KarmaError(f"{where}: unknown field 'blocks[{k}].{sorted(extra)[0]}'")
             blocks.append(Block(**raw))
-        known = {"model", "batch", "units", "weights", "prefetch_depth", "strategy", "predicted_time",
+        known = {"model", "batch", "units", "weights", "prefetch_depth", "optimizer", "strategy", "predicted_time",
                  "predicted_peak", "notes"}
         extra = set(data) - known - {"blocks", "version"}
         if extra:
@@ -130,6 +141,8 @@ def validate(plan: Plan) -> None:
     _int(plan.prefetch_depth, "prefetch_depth", 1)
     if plan.weights not in WEIGHTS:
         raise KarmaError(f"field 'weights' must be one of {', '.join(WEIGHTS)}, got {plan.weights!r}")
+    if plan.optimizer not in OPTIMIZERS:
+        raise KarmaError(f"field 'optimizer' must be one of {', '.join(OPTIMIZERS)}, got {plan.optimizer!r}")
     expected = 0
     for k, b in enumerate(plan.blocks):
         _int(b.start, f"blocks[{k}].start", 0)

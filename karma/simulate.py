@@ -151,8 +151,8 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
     soon as they are ready (``order='pipelined'``: after their download to the host
     for streamed weights, after the block's backward for resident ones), or all after
     the backward (``'naive'``); a block's host update waits for its all-reduce, a
-    device optimizer step for all of them. `host_updates` (default: only with streamed
-    weights) keeps resident weights on the device but the optimizer on the host: each
+    device optimizer step for all of them. `host_updates` (default: the plan's
+    `host_optimizer`) keeps resident weights on the device but the optimizer on the host: each
     block's gradients go down after its backward, are all-reduced and applied there,
     and the updated weights go back up in the gap before the next iteration.
     `optimizer_shards` > 1 is ZeRO stage 1 (Rajbhandari et al. SC'20): a device optimizer
@@ -166,7 +166,7 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
         raise KarmaError(f"plan is for {plan.units} units, the profile of {profile.model} has {len(units)}")
     capacity = hw.device_memory if capacity is None else capacity
     streamed = plan.weights == "streamed"
-    host_side = streamed if host_updates is None else (host_updates or streamed)
+    host_side = plan.host_optimizer if host_updates is None else (host_updates or plan.host_optimizer)
     if order not in ("pipelined", "naive"):
         from karma.errors import KarmaError
 

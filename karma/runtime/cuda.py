@@ -168,7 +168,7 @@ def run_cuda_steps(chain, plan, steps: int, device: torch.device):
     gc.collect()  # the previous run's blocks back to the allocator, not counted against this cap
     torch.cuda.empty_cache()
     # streamed weights: host masters and optimizers; the device copies exist only while uploaded
-    optimizer = HostWeights(chain, plan, threads=host_threads()) if plan.weights == "streamed" \
+    optimizer = HostWeights(chain, plan, threads=host_threads()) if plan.host_optimizer \
         else make_optimizer(chain)
     reports = []
     try:

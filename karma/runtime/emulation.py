@@ -57,7 +57,7 @@ def run_steps(chain, plan, capacity: float, link_bw: float, steps: int) -> tuple
     per-tensor accounting (a Python dispatch mode, 5-20% of a step on this CPU, which a GPU's
     allocator does not cost); they still account weights and what swapped blocks save.
     """
-    optimizer = HostWeights(chain, plan) if plan.weights == "streamed" else make_optimizer(chain)
+    optimizer = HostWeights(chain, plan) if plan.host_optimizer else make_optimizer(chain)
     reports = []
     try:
         with EmulatedLink(link_bw, link_bw) as link:
