@@ -64,6 +64,43 @@ def chains(draw, min_units: int = 1, max_units: int = 8):
     return profile, hw, capacity
 
 
+def tilings(n: int):
+    """Every way to cut units 0..n-1 into blocks of consecutive units, as (start, stop) lists."""
+    for cuts in itertools.product((False, True), repeat=n - 1):
+        bounds = [0] + [i + 1 for i, cut in enumerate(cuts) if cut] + [n]
+        yield list(zip(bounds[:-1], bounds[1:], strict=False))
+
+
+#: What one block can do: (policy, checkpoint place).
+BLOCK_CHOICES = (("keep", "device"), ("swap", "device"), ("recompute", "device"), ("recompute", "host"))
+#: Weight layouts: resident with the optimizer on the device or on the host (ZeRO-Offload), streamed.
+LAYOUTS = (("resident", "device"), ("resident", "host"), ("streamed", "host"))
+
+
+def all_plans(n: int, model: str = "random", batch: int = 1):
+    """Every plan `karma.plan.Plan` can express for n units: any tiling, any policy and checkpoint
+    place per block, every prefetch depth 1..blocks (deeper is the same), every weight layout."""
+    from karma.plan import Block, Plan
+
+    for tiling in tilings(n):
+        for choices in itertools.product(BLOCK_CHOICES, repeat=len(tiling)):
+            blocks = tuple(Block(a, b, pol, place) for (a, b), (pol, place) in zip(tiling, choices, strict=True))
+            for depth in range(1, len(blocks) + 1):
+                for weights, optimizer in LAYOUTS:
+                    yield Plan(model=model, batch=batch, units=n, blocks=blocks, weights=weights,
+                               prefetch_depth=depth, optimizer=optimizer)
+
+
+def exhaustive_best(profile, hw, capacity):
+    """(time, plan) of the fastest feasible plan in the whole plan space, or (None, None)."""
+    best, best_plan = None, None
+    for plan in all_plans(len(profile.units), profile.model, profile.batch):
+        result = simulate(profile, plan, hw, capacity, record=False)
+        if result.feasible and (best is None or result.time < best):
+            best, best_plan = result.time, plan
+    return best, best_plan
+
+
 def brute_force(profile, hw, capacity, space):
     """Fastest feasible time over every (labels, depth, weights) of `space` (one group per unit)."""
     from karma.planner import to_plan, valid
