@@ -1,19 +1,36 @@
-"""ZeRO-Offload style (Ren et al., "ZeRO-Offload: Democratizing Billion-Scale
-Model Training", USENIX ATC'21) for models whose weights do not fit.
+"""ZeRO-Offload (Ren, Rajbhandari, Aminabadi, Ruwase, Yang, Zhang, Li, He,
+"ZeRO-Offload: Democratizing Billion-Scale Model Training", USENIX ATC'21).
 
-Weights and optimizer state live on the host: each block's weights are
-uploaded before its forward and backward, gradients are downloaded as soon as
-its backward ends, and the optimizer step runs on the host CPU. Activations
-are checkpointed per unit (each unit recomputed from its input kept on the
-device), as ZeRO-Offload is used with activation checkpointing. (ZeRO-Offload proper
-keeps fp16 weights on the GPU; streaming them as well is ZeRO-Infinity's step, our
-baseline for models whose weights do not fit at all.)
+Rule (Sec. 4, "unique optimal offload strategy"): the fp16 weights stay on the
+device for forward and backward; gradients are offloaded to the host as each
+block's backward produces them; the fp32 master weights and the optimizer
+state live on the host, where the CPU optimizer (Sec. 5.1) updates them; the
+updated weights are copied back to the device. In our Plan that is
+``weights='resident', optimizer='host'`` (karma/plan.py). Activation
+checkpointing (Sec. 6, used with DeepSpeed's per-layer
+``checkpoint_activations``) only when the model does not fit without it:
+configurations, in order, no checkpointing, then every unit its own
+checkpointed segment; the first that fits. The one-step delayed parameter
+update (DPU, Sec. 5.2) changes convergence and is off by default; not modelled.
+
+Unit granularity: a layer is a unit; the gradients of a unit's weights go to the
+host when its block's backward ends. Our profiles keep weights in the
+profile's dtype on the device (fp16 weights when the profile is fp16).
 """
 
+from __future__ import annotations
+
+from baselines._choose import first_fit, named
 from karma.plan import from_policies
 
 
-def plan(profile, hw, capacity):
+def configurations(profile):
     n = len(profile.units)
-    return from_policies(profile.model, profile.batch, ["recompute"] * n, segments=list(range(n)),
-                         weights="streamed", prefetch_depth=1, strategy="zero-offload")
+    for labels, activations in ((["keep"] * n, "kept"), (["recompute"] * n, "checkpointed per layer")):
+        plan = from_policies(profile.model, profile.batch, labels, segments=list(range(n)), optimizer="host",
+                             strategy="zero-offload")
+        yield named(plan, "zero-offload", activations=activations)
+
+
+def plan(profile, hw, capacity):
+    return first_fit(profile, hw, capacity, configurations(profile))
