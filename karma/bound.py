@@ -1,192 +1,246 @@
 """A lower bound on the iteration time of every feasible plan (the physical limit).
 
-Claim: for a Profile P, Hardware H and capacity M, every plan of our plan space
-(karma/plan.py) that the simulator accepts takes at least ``lower_bound(P, H, M)``.
+Claim: for a Profile P, Hardware H and capacity M, every plan `karma.plan.Plan`
+can express (any tiling into blocks; keep, swap or recompute per block; the
+checkpoint on the device or the host; any prefetch depth; weights resident
+with the optimizer on the device or on the host, or streamed; half or full
+duplex) that `karma.simulate.simulate` accepts takes at least
+``lower_bound(P, H, M)`` seconds. tests/test_bound.py checks it against the
+exhaustive optimum of random adversarial chains.
 
-Proof. Take a feasible plan with iteration time T; let t_b be the moment the
-last unit's backward starts (the end of the forward phase). For unit j let
-s_j be its own saved bytes (a tensor shared with unit j-1 counted there),
-f_j its forward time; let x_j be the bytes of unit j that are swapped at any
-time of the iteration, x'_j <= x_j those that are away (copied out and not
-yet back) at t_b, and y_j those that are recomputed; x_j + y_j <= s_j.
+Proof (every line is a fact of the simulator's schedule, for one layout).
+Units j = 0..n-1 with forward f_j, backward b_j, and s_j their own saved bytes:
+what they save less the boundary shared with unit j-1 (so each storage is
+counted once: the simulator counts it once or twice, never less). Let x_j = 1
+if unit j's block is swapped, y_j = 1 if it is recomputed (x_j + y_j <= 1),
+TF_j the end of unit j's forward, t1 >= TF_{n-1} the end of the forward phase,
+tau_j the start of unit j's backward and T the end of the iteration.
 
-1. Memory at each backward. When unit i's backward starts, every earlier
-   unit j < i still holds its own bytes on the device unless they are away
-   (swapped) or dropped (recomputed, which happens just before j's backward,
-   later); unit i holds all of s_i; the static bytes (buffers; plus weights
-   and optimizer state when resident), the weight gradients of units >= i
-   (resident; streamed: unit i's weights and gradients) and unit i's
-   transients (output and input gradients, workspace) are there too. A
-   feasible plan fits, so for every i:
-   sum_{j<i} (s_j - x_j - y_j) <= M - static - grads_i - s_i - transient_i,
-   and at t_b the same holds with x' in place of x.
-2. Forward phase: every forward runs before t_b and the bytes away at t_b
-   were copied out before it: t_b >= F and t_b >= X' / bw_d2h (streamed: the
-   forward uploads W / bw_h2d too; half duplex: one queue carries both).
-   A unit's bytes can leave only after its forward, so for every j:
-   t_b >= (forwards of units <= j) + (x' of units >= j) / bw_d2h. And the
-   device must hold, when unit i's forward ends (at t_i >= t_{i-1} + f_i),
-   the static bytes, unit i's workspace (and streamed weights) and every
-   earlier unit's bytes except the recomputed ones and a_i <= sum_{k<i} x_k
-   already copied out, at most bw_d2h (t_i - t_0) bytes since the first
-   forward ended.
-3. Backward phase: every backward, the recompute of the y bytes (their
-   forward time, sum f_j y_j / s_j), the device optimizer step S (resident)
-   run after t_b, and the bytes away at t_b come back after it:
-   T - t_b >= B + R + S and T - t_b >= X' / bw_h2d (streamed: + W / bw_h2d
-   uploads, and unit 0's gradient download and host update come after the
-   last compute, unit 0's backward). Unit j's backward needs the bytes of
-   units >= j back, after which the backward of units <= j and the recompute
-   of units < j still run: for every j, T - t_b >= (x' of units >= j) /
-   bw_h2d + (backwards of units <= j) + (recompute of units < j) + S.
-   The device-to-host queue copies swapped blocks out in forward order and a
-   block is prefetched only after its copy out ended, so unit j's backward
-   starts after (x of units <= j) / bw_d2h + x_j / bw_h2d and after
-   t_j + x_j / bw_d2h + x_j / bw_h2d. Bytes of units < i prefetched before
-   unit i's backward (p_i) count in its memory, and all prefetched bytes
-   arrive after the forward ends, at the link's rate.
-4. Whole iteration: every swapped byte crosses the link out and back, and
-   streamed weights go up twice and their gradients down once; the host
-   runs every update: T >= each queue's total work.
-A unit's bytes all follow its block's policy, so x_j, x'_j, y_j are each
-0 or s_j. The minimum of t_1 + t_2 (t_1 >= the phase 1 terms, t_2 >= the
-phase 2 terms, t_1 + t_2 >= the whole-iteration terms) over this mixed-
-integer program is <= T for every feasible plan (the times a_i and t_i stay
-real: relaxing them only lowers the minimum). HiGHS (scipy.optimize.milp)
-solves it; if its time limit is reached we take its dual bound (or the LP
-relaxation's minimum), both below the optimum. We return the smaller of the resident and streamed cases,
-less 1e-6 relative for the solver's tolerance. QED.
+1. Compute is one in-order queue: TF_0 >= f_0, TF_j >= TF_{j-1} + f_j; the
+   backward runs after every forward, in reverse unit order, a recomputed
+   block's forwards just before its backwards. So tau_j >= tau_{j+1} + b_{j+1},
+   tau_j >= t1 + sum_{k>j} b_k + sum_{k>=j} y_k f_k (every later backward and
+   every recompute of units >= j, unit j's own included, come first), and
+   T >= tau_j + sum_{k<=j} b_k + S + tail, T >= t1 + B + sum_k y_k f_k + S + tail,
+   where S is the device optimizer step (resident weights, device optimizer)
+   and tail the first unit's gradient download and host update (and upload,
+   resident weights with a host optimizer): block 0's gradients go down only
+   after its backward.
+2. Memory when unit i's backward starts (the op's allocation is counted):
+   the static bytes (buffers; plus resident weights; plus the optimizer state
+   with a device optimizer), the weight gradients (device optimizer: those of
+   units >= i; otherwise at least unit i's own, which its backward allocates),
+   streamed: unit i's weights (and tied weights it uses), its backward
+   transient (output and input gradients, workspace), all of s_i (kept, or
+   prefetched, or recomputed: a recomputed block's first unit holds the rest
+   of its input as the checkpoint), and for j < i at least s_j unless unit j
+   is swapped or recomputed (then we count nothing). All of it <= M.
+3. Memory when unit i's forward starts: static (streamed: unit i's weights),
+   unit i's workspace and s_i, and s_j of every earlier unit j that is not
+   recomputed, less the swapped bytes a_i already copied out:
+   a_i <= sum_{j<i} x_j s_j and a_i <= bw_d2h (TF_i - TF_0), since swap-outs
+   start after a block's forward, hence after TF_0, and run at the link's rate.
+4. Copies: a swapped unit's bytes come back (host->device) after t1 and before
+   its backward, streamed weights are uploaded again after t1 before their
+   backward: tau_i >= t1 + (sum_{j>=i} x_j s_j + streamed weights of units >= i)
+   / bw_h2d. Swap-outs leave in forward order through one queue and a block is
+   prefetched only after its own copy out ended, so a swapped unit j waits for
+   every swapped byte of units <= j to leave, then for its own bytes (less the
+   boundary it shares with the next unit, which may come back with that unit)
+   to come back: if x_j = 1, tau_j >= sum_{k<=j} x_k s_k / bw_d2h + (s_j - shared_j)
+   / bw_h2d, and tau_j >= TF_j + x_j (s_j / bw_d2h + (s_j - shared_j) / bw_h2d).
+   Streamed: unit i's forward waits for the uploads of every unit <= i.
+5. Whole iteration: each queue's total work fits in [0, T] (half duplex: one
+   queue carries both directions); host-side optimizers: downloads and host
+   updates start only after the last unit's backward.
+
+Every constraint holds for the plan's (x, y, TF, t1, tau, a, T), so the minimum
+of T over this mixed-integer program is <= the plan's time. HiGHS
+(scipy.optimize.milp) solves it; we take its *dual* bound (the proven lower end
+of its optimality gap, never the incumbent), or the LP relaxation's optimum if
+it is higher; both are below the MILP optimum. The result is the minimum over
+the three weight layouts, less 1e-6 relative for the solver's feasibility
+tolerance. QED.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from karma.hardware import Hardware
-from karma.profile import Profile, backward_transient
+from karma.profile import GradientBytes, Profile, backward_transient
 from karma.simulate import optimizer_traffic_bytes
 
 GB = 1e9
+#: (weights, optimizer): the weight layouts a Plan can express.
+LAYOUTS = (("resident", "device"), ("resident", "host"), ("streamed", "host"))
 
 
-def _case(profile: Profile, hw: Hardware, capacity: float, streamed: bool, time_limit: float) -> float:
+@dataclass
+class _Program:
+    """Rows of `A v <= b` over the variables, built one constraint at a time."""
+
+    nv: int
+
+    def __post_init__(self):
+        self.rows: list[dict[int, float]] = []
+        self.rhs: list[float] = []
+
+    def le(self, entries: list[tuple[int, float]], bound: float) -> None:
+        row: dict[int, float] = {}
+        for idx, val in entries:
+            row[idx] = row.get(idx, 0.0) + val
+        self.rows.append(row)
+        self.rhs.append(bound)
+
+    def matrix(self, scale: np.ndarray) -> sparse.csr_matrix:
+        data, cols, ptr = [], [], [0]
+        for row in self.rows:
+            for idx, val in row.items():
+                cols.append(idx)
+                data.append(val * scale[idx])
+            ptr.append(len(cols))
+        return sparse.csr_matrix((data, cols, ptr), shape=(len(self.rows), self.nv))
+
+
+def _gradients(units) -> list[float]:
+    """Weight-gradient bytes each unit's backward allocates (tied weights credited as the simulator does)."""
+    made = GradientBytes()
+    out = [0.0] * len(units)
+    for i in range(len(units) - 1, -1, -1):
+        out[i] = made(units[i])
+    return out
+
+
+def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimizer: str,
+          time_limit: float) -> float:
     units = profile.units
     n = len(units)
-    own = np.array([u.saved_bytes - (profile.shared_boundary_bytes(i - 1) if i else 0)
-                    for i, u in enumerate(units)], dtype=float) / GB
-    params = profile.param_bytes()
-    weights = np.array([u.param_bytes for u in units], dtype=float) / GB
-    static = sum(u.buffer_bytes for u in units)
-    half = hw.link_duplex == "half"
+    streamed, host_opt = weights == "streamed", optimizer == "host" or weights == "streamed"
+    shared = [float(profile.shared_boundary_bytes(i)) for i in range(n)]
+    own = np.array([u.saved_bytes - (shared[i - 1] if i else 0) for i, u in enumerate(units)], dtype=float) / GB
+    back = np.maximum(own - np.array(shared) / GB, 0.0)  # what a swapped unit's own prefetch surely brings
+    param = np.array([u.param_bytes for u in units], dtype=float)
+    total_params = float(param.sum())
     d2h, h2d = hw.d2h_bw / GB, hw.h2d_bw / GB  # GB/s
     f = np.array([u.forward_time for u in units])
     b = np.array([u.backward_time for u in units])
-    up = down = host = step = tail = 0.0
-    if streamed:
-        up, down = params / hw.h2d_bw, params / hw.d2h_bw
-        host = optimizer_traffic_bytes(params, profile.optimizer) / hw.host_update_bw
-        tail = weights[0] / d2h + optimizer_traffic_bytes(units[0].param_bytes, profile.optimizer) / hw.host_update_bw
-        grads = [2 * u.param_bytes for u in units]
+    grads = _gradients(units)
+    static = float(sum(u.buffer_bytes for u in units))
+    if not streamed:
+        static += total_params + (0 if host_opt else sum(u.optimizer_bytes for u in units))
+    step = tail = up = down = host = 0.0
+    if host_opt:
+        down = total_params / hw.d2h_bw
+        host = optimizer_traffic_bytes(total_params, profile.optimizer) / hw.host_update_bw
+        tail = param[0] / hw.d2h_bw + optimizer_traffic_bytes(param[0], profile.optimizer) / hw.host_update_bw
+        up = 2 * total_params / hw.h2d_bw if streamed else total_params / hw.h2d_bw
+        if not streamed:
+            tail += param[0] / hw.h2d_bw
     else:
-        static += sum(u.param_bytes + u.optimizer_bytes for u in units)
-        step = optimizer_traffic_bytes(params, profile.optimizer) / hw.memory_bw
-        grads = list(np.cumsum([u.param_bytes for u in units][::-1])[::-1])
-    cap = np.array([(capacity - static - grads[i] - backward_transient(units, i)) / GB - own[i]
-                    for i in range(n)])
-    if (cap < 0).any():  # some unit's backward alone does not fit
+        step = optimizer_traffic_bytes(total_params, profile.optimizer) / hw.memory_bw
+    live_grads = list(np.cumsum(grads[::-1])[::-1]) if not host_opt else grads
+    weights_at = [(u.param_bytes + u.tied_param_bytes) if streamed else 0 for u in units]
+    # memory left for earlier units' bytes when unit i's backward starts (GB)
+    room = np.array([(capacity - static - live_grads[i] - weights_at[i] - backward_transient(units, i)) / GB - own[i]
+                     for i in range(n)])
+    if (room < 0).any():  # some unit's backward alone does not fit
         return math.inf
-    rate = f / np.where(own > 0, own, 1.0)  # recompute seconds per GB freed
     prefix = np.concatenate([[0.0], np.cumsum(own)])
 
-    # variables: x, y (n each: GB swapped / recomputed), t1 (end of forward), t2 (rest),
-    # tf (end of each forward), a (GB away then), tau (start of each backward), p (GB prefetched early)
     X, Y, T1, T2 = 0, n, 2 * n, 2 * n + 1
-    TF, A, TAU, P = 2 * n + 2, 3 * n + 2, 4 * n + 2, 5 * n + 2
-    nv = 6 * n + 2
-    rows, rhs = [], []
-
-    def row(entries, bound):
-        r = np.zeros(nv)
-        for idx, val in entries:
-            r[idx] += val
-        rows.append(r)
-        rhs.append(bound)
-
+    TF, A, TAU = 2 * n + 2, 3 * n + 2, 4 * n + 2
+    p = _Program(5 * n + 2)
+    le = p.le
     for j in range(n):
-        row([(X + j, 1), (Y + j, 1)], own[j])
-    # forward phase: compute in order; bytes leave at most at the link's rate, only swapped ones
-    row([(TF, -1)], -f[0])
+        le([(X + j, 1), (Y + j, 1)], own[j])  # x, y are scaled by own below: x_j + y_j <= 1
+    # 1. compute in order; forward
+    le([(TF, -1)], -f[0])
     for i in range(1, n):
-        row([(TF + i - 1, 1), (TF + i, -1)], -f[i])
-        row([(A + i, 1), (TF + i, -d2h), (TF, d2h)], 0.0)
-        row([(A + i, 1)] + [(X + k, -1) for k in range(i)], 0.0)
-    row([(TF + n - 1, 1), (T1, -1)], 0.0)
-    row([(T1, -1)], -up)
+        le([(TF + i - 1, 1), (TF + i, -1)], -f[i])
+    le([(TF + n - 1, 1), (T1, -1)], 0.0)
+    if streamed:  # 4. a unit's forward waits for the uploads of every unit up to it
+        for i in range(n):
+            le([(TF + i, -1)], -(param[: i + 1].sum() / hw.h2d_bw + f[i]))
+    # 3. memory at each forward
+    for i in range(1, n):
+        le([(A + i, 1), (TF + i, -d2h), (TF, d2h)], 0.0)
+        le([(A + i, 1)] + [(X + k, -1) for k in range(i)], 0.0)
     for i in range(n):
-        transient = units[i].workspace_bytes + (units[i].param_bytes if streamed else 0)
-        row([(Y + k, -1) for k in range(i)] + [(A + i, -1)], (capacity - static - transient) / GB - own[i] - prefix[i])
-    # backward phase: in reverse order, each after its prefetches and the recompute before it
-    row([(T1, 1), (TAU + n - 1, -1)], 0.0)
-    for i in range(n - 1, 0, -1):
-        row([(TAU + i, 1), (TAU + i - 1, -1), (Y + i - 1, rate[i - 1])], -b[i])
-    row([(TAU + n - 1, -1), (Y + n - 1, rate[n - 1]), (T1, 1)], 0.0)
+        transient = units[i].workspace_bytes + weights_at[i]
+        le([(Y + k, -1) for k in range(i)] + ([(A + i, -1)] if i else []),
+           (capacity - static - transient) / GB - own[i] - prefix[i])
+    # 1. backward order and the recomputes before each backward
     for i in range(n):
-        later_weights = weights[i:].sum() if streamed else 0.0
-        row([(X + j, 1) for j in range(i, n)] + [(P + i, 1), (TAU + i, -h2d), (T1, h2d)], -later_weights)
-        row([(P + i, 1)] + [(X + j, -1) for j in range(i)], 0.0)
-        row([(X + j, -1) for j in range(i)] + [(Y + j, -1) for j in range(i)] + [(P + i, 1)], cap[i] - prefix[i])
-    # swap-outs leave in forward order through one queue, and a unit's bytes come back only
-    # after they left: unit j's backward waits for every swapped byte of units <= j to leave
-    for j in range(n):
-        row([(X + k, 1 / d2h) for k in range(j + 1)] + [(X + j, 1 / h2d), (TAU + j, -1)], 0.0)
-        row([(TF + j, 1), (X + j, 1 / d2h + 1 / h2d), (TAU + j, -1)], 0.0)
-    row([(TAU, 1), (T1, -1), (T2, -1)], -(b[0] + step + tail))
-    row([(Y + j, rate[j]) for j in range(n)] + [(T2, -1)], -(b.sum() + step + tail))
-    row([(T2, -1)], -down)
-    row([(T2, -1)], -host)
-    # whole iteration: each queue's total work
-    if half:
-        row([(X + j, 1 / d2h + 1 / h2d) for j in range(n)] + [(T1, -1), (T2, -1)], -(2 * up + down))
+        later = [(Y + k, f[k] / max(own[k], 1e-300) if own[k] else 0.0) for k in range(i, n)]
+        le(later + [(T1, 1), (TAU + i, -1)], -b[i + 1:].sum())
+        if i + 1 < n:
+            le([(TAU + i + 1, 1), (TAU + i, -1)], -b[i + 1])
+        le([(TAU + i, 1), (T1, -1), (T2, -1)], -(b[: i + 1].sum() + step + tail))
+    le([(Y + k, f[k] / own[k]) for k in range(n) if own[k]] + [(T1, -1), (T2, -1)], -(b.sum() + step + tail))
+    # 2. memory at each backward
+    for i in range(n):
+        le([(X + j, -1) for j in range(i)] + [(Y + j, -1) for j in range(i)], room[i] - prefix[i])
+    # 4. copies back before each backward; swap-outs in order before a swapped unit's prefetch
+    for i in range(n):
+        later_weights = param[i:].sum() / GB if streamed else 0.0
+        le([(X + j, 1) for j in range(i, n)] + [(TAU + i, -h2d), (T1, h2d)], -later_weights)
+        if own[i] > 0:
+            big = prefix[i + 1] / d2h + back[i] / h2d
+            le([(X + k, 1 / d2h) for k in range(i + 1)] + [(X + i, back[i] / own[i] / h2d + big / own[i]),
+                                                          (TAU + i, -1)], big)
+            le([(TF + i, 1), (X + i, 1 / d2h + back[i] / own[i] / h2d), (TAU + i, -1)], 0.0)
+    # 5. whole iteration
+    if host_opt:
+        first = (param[n - 1] / hw.d2h_bw) + b[n - 1]
+        le([(T2, -1)], -(b[n - 1] + down))
+        le([(T2, -1)], -(first + host))
+    if hw.link_duplex == "half":
+        le([(X + j, 1 / d2h + 1 / h2d) for j in range(n)] + [(T1, -1), (T2, -1)], -(up + down))
     else:
-        row([(X + j, 1 / d2h) for j in range(n)] + [(T1, -1), (T2, -1)], -down)
-        row([(X + j, 1 / h2d) for j in range(n)] + [(T1, -1), (T2, -1)], -2 * up)
-    c = np.zeros(nv)
-    c[T1] = c[T2] = 1.0
+        le([(X + j, 1 / d2h) for j in range(n)] + [(T1, -1), (T2, -1)], -down)
+        le([(X + j, 1 / h2d) for j in range(n)] + [(T1, -1), (T2, -1)], -up)
+    return _solve(p, n, own, time_limit, T1, T2)
+
+
+def _solve(p: _Program, n: int, own: np.ndarray, time_limit: float, t1: int, t2: int) -> float:
+    c = np.zeros(p.nv)
+    c[t1] = c[t2] = 1.0
     # A unit's bytes all follow its block's policy: x and y are 0/1 choices scaled by its bytes.
-    scale = np.ones(nv)
-    scale[X:X + n] = scale[Y:Y + n] = own
-    matrix = np.array(rows) * scale
-    lower, upper = np.zeros(nv), np.full(nv, np.inf)
-    upper[: 2 * n] = 1.0
-    integrality = np.zeros(nv)
-    integrality[: 2 * n] = 1
-    constraints = LinearConstraint(sparse.csr_matrix(matrix), -np.inf, np.array(rhs))
+    scale = np.ones(p.nv)
+    scale[: n] = scale[n: 2 * n] = np.where(own > 0, own, 1.0)
+    constraints = LinearConstraint(p.matrix(scale), -np.inf, np.array(p.rhs))
+    lower, upper = np.zeros(p.nv), np.full(p.nv, np.inf)
+    upper[: 2 * n] = np.where(own > 0, 1.0, 0.0).tolist() * 2
     relaxed = milp(c, bounds=Bounds(lower, upper), constraints=constraints)
-    if relaxed.status == 2:  # infeasible even fractionally: no plan can fit
+    if relaxed.status == 2:  # infeasible even fractionally: no plan of this layout can fit
         return math.inf
     if relaxed.status != 0:
         raise RuntimeError(f"lower bound LP failed: {relaxed.message}")
     bound = relaxed.fun
     if time_limit > 0:
+        integrality = np.zeros(p.nv)
+        integrality[: 2 * n] = 1
         res = milp(c, integrality=integrality, bounds=Bounds(lower, upper), constraints=constraints,
                    options={"time_limit": time_limit})
         if res.status == 2:
             return math.inf
-        found = res.fun if res.status == 0 else res.get("mip_dual_bound")
-        if found is not None and math.isfinite(found):
-            bound = max(bound, found)
-    return bound * (1 - 1e-6)
+        dual = getattr(res, "mip_dual_bound", None)
+        if dual is not None and math.isfinite(dual):
+            bound = max(bound, dual)
+    return max(bound, 0.0) * (1 - 1e-6)
 
 
 def lower_bound(profile: Profile, hw: Hardware, capacity: float | None = None, time_limit: float = 1.0) -> float:
     """Seconds: no feasible plan of (profile, hw, capacity) is faster (see the module docstring).
 
-    `time_limit` (s, per case) caps the MILP solver; past it, its dual bound is
+    `time_limit` (s, per layout) caps the MILP solver; past it, its dual bound is
     returned, which is still a valid (if looser) lower bound.
     """
     capacity = hw.device_memory if capacity is None else capacity
-    return min(_case(profile, hw, capacity, False, time_limit), _case(profile, hw, capacity, True, time_limit))
+    return min(_case(profile, hw, capacity, w, o, time_limit) for w, o in LAYOUTS)

@@ -99,6 +99,7 @@ class _Schedule:
         self.record = record
         self.timeline: list[Event] = []
         self.order = 0
+        self.compute_start = 0.0
 
     def queue(self, resource: str) -> str:
         if self.duplex == "half" and resource in ("h2d", "d2h"):
@@ -111,11 +112,14 @@ class _Schedule:
         start = max(self.free_at.get(q, 0.0), ready)
         end = start + duration
         self.free_at[q] = end
+        if q == "compute":
+            self.compute_start = start
         self.busy[q] = self.busy.get(q, 0.0) + duration
         if alloc:
             self.alloc(start, alloc, block)
         if free:
-            self.release(end, free, block)
+            # an op of no duration frees after its own allocation, not before (frees come first at equal times)
+            self.release(end, free, block, after_allocs=end == start)
         if self.record:
             self.timeline.append(Event(q, name, block, start, end))
         return start, end
@@ -124,14 +128,15 @@ class _Schedule:
         self.order += 1
         self.mem.append((t, 1, nbytes, block))
 
-    def release(self, t: float, nbytes: float, block: int) -> None:
+    def release(self, t: float, nbytes: float, block: int, after_allocs: bool = False) -> None:
+        """Frees come first at equal times, except those of an op of no duration (after_allocs)."""
         self.order += 1
-        self.mem.append((t, 0, -nbytes, block))
+        self.mem.append((t, 2 if after_allocs else 0, -nbytes, block))
 
     def peak(self, base: float, capacity: float) -> tuple[float, int | None, float]:
         """Peak bytes, and the first block whose allocation crossed `capacity` (frees first at equal times)."""
         level = peak = base
-        first_over, over_by = None, 0.0
+        first_over, over_by = (0, base - capacity) if base > capacity else (None, 0.0)
         for _t, _kind, delta, block in sorted(self.mem, key=lambda e: (e[0], e[1])):
             level += delta
             if level > peak:
@@ -240,7 +245,7 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
                     ckpt_out_end[k] = s.op("d2h", "offload checkpoint", k, start, ckpt / hw.d2h_bw,
                                            free=ckpt)[1]
         if streamed:
-            s.release(t, uses[k], k)
+            s.release(t, uses[k], k, after_allocs=t == s.compute_start)
         if b.policy == "swap":
             swap_out_end[k] = s.op("d2h", "swap out", k, t, act[k] / hw.d2h_bw, free=act[k])[1]
 
@@ -302,10 +307,10 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
                     prefetch(k - depth, start)
         bwd_ready = ready
         if b.policy == "recompute":
-            s.release(ready, ckpt_bytes[k], k)
+            s.release(ready, ckpt_bytes[k], k, after_allocs=ready == s.compute_start)
         if host_side:
             if streamed:
-                s.release(ready, uses[k], k)
+                s.release(ready, uses[k], k, after_allocs=ready == s.compute_start)
             grads_down_end = s.op("d2h", "download gradients", k, ready, params[k] / hw.d2h_bw,
                                   free=params[k])[1]
             traffic = optimizer_traffic_bytes(params[k], profile.optimizer)

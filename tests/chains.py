@@ -64,6 +64,60 @@ def chains(draw, min_units: int = 1, max_units: int = 8):
     return profile, hw, capacity
 
 
+@st.composite
+def adversarial_units(draw, n: int) -> tuple[UnitProfile, ...]:
+    """Units drawn to break claims: outputs saved by both neighbours (shared boundaries), a weight
+    tied between the first unit and a later one, large or negative backward workspaces, zero and
+    tiny times, and parameter bytes as large as activations."""
+    size = st.one_of(st.just(0), st.integers(1, 50), st.integers(50, 3000))
+    tie = n > 1 and draw(st.booleans())
+    tied_at = draw(st.integers(1, n - 1)) if tie else -1
+    out = []
+    prev_out = draw(st.integers(1, 500)) * MB
+    for i in range(n):
+        fwd = draw(st.one_of(st.just(0.0), st.floats(1e-4, 1e-3), st.floats(1e-3, 2.0)))
+        output = draw(st.integers(1, 800)) * MB
+        saved_in = draw(st.sampled_from([0, prev_out, prev_out // 2]))
+        saved_out = draw(st.sampled_from([0, output]))
+        saved = saved_in + saved_out + draw(size) * MB
+        params = draw(size) * MB
+        out.append(UnitProfile(
+            name=f"u{i}", forward_time=fwd, backward_time=draw(st.one_of(st.just(0.0), st.floats(0.0, 4.0))),
+            forward_flops=0.0, backward_flops=0.0, forward_bytes=0.0, backward_bytes=0.0,
+            saved_bytes=saved, saved_input_bytes=saved_in, saved_output_bytes=saved_out, input_bytes=prev_out,
+            output_bytes=output, param_bytes=params, buffer_bytes=draw(st.sampled_from([0, 1, 20])) * MB,
+            optimizer_bytes=params * draw(st.sampled_from([1, 2])),
+            workspace_bytes=draw(size) * MB,
+            backward_workspace_bytes=draw(st.one_of(size, st.integers(-200, 0), st.integers(3000, 12000))) * MB,
+        ))
+        prev_out = output
+    if tie:
+        shared = draw(st.integers(1, max(1, out[0].param_bytes // MB))) * MB if out[0].param_bytes else 0
+        out[0] = replace(out[0], shared_param_bytes=shared)
+        out[tied_at] = replace(out[tied_at], tied_param_bytes=shared)
+    return tuple(out)
+
+
+@st.composite
+def adversarial_chains(draw, min_units: int = 1, max_units: int = 5):
+    """(profile, hardware, capacity) with the capacity at some plan's own peak (that plan just
+    fits) or anywhere between the leanest plan and a little over in-core: where claims break."""
+    n = draw(st.integers(min_units, max_units))
+    profile = Profile("random", "tiny", 1, "analytic", "v100-abci", draw(st.sampled_from(["sgd", "adam"])),
+                      draw(adversarial_units(n)))
+    bw = st.one_of(st.floats(0.5e9, 5e9), st.floats(5e9, 200e9))
+    hw = replace(V100, h2d_bw=draw(bw), d2h_bw=draw(bw), link_duplex=draw(st.sampled_from(["full", "half"])),
+                 host_update_bw=draw(st.floats(1e9, 100e9)), memory_bw=draw(st.floats(50e9, 3000e9)))
+    plans = list(all_plans(n))
+    chosen = plans[draw(st.integers(0, len(plans) - 1))]
+    peak = simulate(profile, chosen, hw, capacity=float("inf"), record=False).peak_bytes
+    if draw(st.booleans()):
+        capacity = peak * draw(st.sampled_from([1.0, 1.0, 1.01, 1.1]))
+    else:
+        capacity = draw(st.floats(0.1, 1.05)) * profile.in_core_peak_bytes()
+    return profile, hw, capacity
+
+
 def tilings(n: int):
     """Every way to cut units 0..n-1 into blocks of consecutive units, as (start, stop) lists."""
     for cuts in itertools.product((False, True), repeat=n - 1):
