@@ -44,21 +44,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from karma.errors import KarmaError
 from karma.hardware import Hardware
 from karma.network import allreduce_time, nodes_for
 from karma.plan import Plan
 from karma.profile import OPTIMIZER_STATE_FACTOR, GradientBytes, Profile, backward_transient
-
-
-@dataclass(frozen=True)
-class Event:
-    """One operation of the timeline, in the simulator's and the runtime's common format."""
-
-    resource: str
-    op: str
-    block: int
-    start: float
-    end: float
+from karma.schedule import Event, Schedule
 
 
 @dataclass
@@ -88,62 +79,75 @@ def optimizer_traffic_bytes(param_bytes: float, optimizer: str) -> float:
     return (3 + 2 * k) * param_bytes
 
 
-class _Schedule:
-    """In-order queues and a memory ledger, filled in program order."""
+@dataclass
+class BlockBytes:
+    """What each block of a plan holds and moves (bytes), from the profile and the plan."""
 
-    def __init__(self, duplex: str, record: bool):
-        self.free_at: dict[str, float] = {}
-        self.busy: dict[str, float] = {}
-        self.duplex = duplex
-        self.mem: list[tuple[float, int, float, int]] = []  # (time, order, delta, block)
-        self.record = record
-        self.timeline: list[Event] = []
-        self.order = 0
-        self.compute_start = 0.0
+    own: list[float]  # per unit: saved bytes counted with this unit (see the module docstring)
+    act: list[float]  # per block: saved bytes of its units (a swap block's copy each way)
+    ckpt: list[float]  # per block: its input, a recomputed block's checkpoint
+    params: list[float]  # per block: weights it owns (gradients downloaded, host update)
+    uses: list[float]  # per block: weights it uploads when streamed (tied ones too)
+    static: float  # buffers, plus resident weights (and device optimizer state)
 
-    def queue(self, resource: str) -> str:
-        if self.duplex == "half" and resource in ("h2d", "d2h"):
-            return "link"
-        return resource
 
-    def op(self, resource: str, name: str, block: int, ready: float, duration: float,
-           alloc: float = 0.0, free: float = 0.0) -> tuple[float, float]:
-        q = self.queue(resource)
-        start = max(self.free_at.get(q, 0.0), ready)
-        end = start + duration
-        self.free_at[q] = end
-        if q == "compute":
-            self.compute_start = start
-        self.busy[q] = self.busy.get(q, 0.0) + duration
-        if alloc:
-            self.alloc(start, alloc, block)
-        if free:
-            # an op of no duration frees after its own allocation, not before (frees come first at equal times)
-            self.release(end, free, block, after_allocs=end == start)
-        if self.record:
-            self.timeline.append(Event(q, name, block, start, end))
-        return start, end
+def block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
+    units, blocks = profile.units, plan.blocks
+    block_of = [0] * len(units)
+    for k, b in enumerate(blocks):
+        for i in b.units:
+            block_of[i] = k
+    own = [float(u.saved_bytes) for u in units]
+    for i in range(1, len(units)):
+        before, here = blocks[block_of[i - 1]], blocks[block_of[i]]
+        if before is here or (before.policy == here.policy == "keep"):
+            own[i] -= profile.shared_boundary_bytes(i - 1)
+    for b in blocks:  # a recomputed block's first unit saves its input: the block's checkpoint, counted apart
+        if b.policy == "recompute":
+            own[b.start] -= min(units[b.start].saved_input_bytes, units[b.start].input_bytes)
+    act = [sum(own[i] for i in b.units) for b in blocks]
+    ckpt = []
+    for k, b in enumerate(blocks):
+        shared = profile.shared_boundary_bytes(b.start - 1) if k and blocks[k - 1].policy == "keep" else 0
+        ckpt.append(units[b.start].input_bytes - shared)
+    params = [float(sum(units[i].param_bytes for i in b.units)) for b in blocks]
+    uses = [params[k] + sum(units[i].tied_param_bytes for i in b.units) for k, b in enumerate(blocks)]
+    static = float(sum(u.buffer_bytes for u in units))
+    if plan.weights != "streamed":
+        static += sum(u.param_bytes + (0 if host_side else u.optimizer_bytes) for u in units)
+    return BlockBytes(own, act, ckpt, params, uses, static)
 
-    def alloc(self, t: float, nbytes: float, block: int) -> None:
-        self.order += 1
-        self.mem.append((t, 1, nbytes, block))
 
-    def release(self, t: float, nbytes: float, block: int, after_allocs: bool = False) -> None:
-        """Frees come first at equal times, except those of an op of no duration (after_allocs)."""
-        self.order += 1
-        self.mem.append((t, 2 if after_allocs else 0, -nbytes, block))
+@dataclass
+class _Iteration:
+    """One iteration being scheduled: inputs, the schedule, and what the phases hand on."""
 
-    def peak(self, base: float, capacity: float) -> tuple[float, int | None, float]:
-        """Peak bytes, and the first block whose allocation crossed `capacity` (frees first at equal times)."""
-        level = peak = base
-        first_over, over_by = (0, base - capacity) if base > capacity else (None, 0.0)
-        for _t, _kind, delta, block in sorted(self.mem, key=lambda e: (e[0], e[1])):
-            level += delta
-            if level > peak:
-                peak = level
-            if first_over is None and level > capacity:
-                first_over, over_by = block, level - capacity
-        return peak, first_over, over_by
+    profile: Profile
+    plan: Plan
+    hw: Hardware
+    s: Schedule
+    by: BlockBytes
+    host_side: bool
+    gpus: int
+    order: str
+    swap_out_end: list[float] = field(default_factory=list)
+    ckpt_out_end: list[float] = field(default_factory=list)
+    prefetch_end: list[float] = field(default_factory=list)
+    forward_end: float = 0.0
+    backward_end: float = 0.0
+    grads_down_end: float = 0.0
+    host_end: float = 0.0
+    net_end: float = 0.0
+    pending: list[tuple[int, float]] = field(default_factory=list)
+
+    @property
+    def streamed(self) -> bool:
+        return self.plan.weights == "streamed"
+
+    def upload(self, k: int, ready: float) -> float:
+        """Block k's weights up (streamed); returns when they are there."""
+        uses = self.by.uses[k]
+        return self.s.op("h2d", "upload weights", k, ready, uses / self.hw.h2d_bw, alloc=uses)[1]
 
 
 def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None = None,
@@ -164,116 +168,91 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
     step updates only this rank's 1/shards of the weights (the profile's optimizer bytes
     are expected to be sharded already; see karma/model_parallel.py).
     """
-    units = profile.units
-    if plan.units != len(units):
-        from karma.errors import KarmaError
-
-        raise KarmaError(f"plan is for {plan.units} units, the profile of {profile.model} has {len(units)}")
-    capacity = hw.device_memory if capacity is None else capacity
-    streamed = plan.weights == "streamed"
-    host_side = plan.host_optimizer if host_updates is None else (host_updates or plan.host_optimizer)
+    if plan.units != len(profile.units):
+        raise KarmaError(f"plan is for {plan.units} units, the profile of {profile.model} has {len(profile.units)}")
     if order not in ("pipelined", "naive"):
-        from karma.errors import KarmaError
-
         raise KarmaError(f"order must be pipelined or naive, got {order!r}")
+    capacity = hw.device_memory if capacity is None else capacity
+    host_side = plan.host_optimizer if host_updates is None else (host_updates or plan.host_optimizer)
     nodes_for(gpus, hw)
-    parallel = gpus > 1
-    pending: list[tuple[int, float]] = []
-    net_end = 0.0
-    depth = plan.prefetch_depth
-    blocks = plan.blocks
-    nb = len(blocks)
-    s = _Schedule(hw.link_duplex, record)
+    it = _Iteration(profile, plan, hw, Schedule(hw.link_duplex, record), block_bytes(profile, plan, host_side),
+                    host_side, gpus, order)
+    _forward(it)
+    _backward(it)
+    end = _optimizer(it, optimizer_shards)
+    return _result(it, end, capacity)
 
-    block_of = [0] * len(units)
-    for k, b in enumerate(blocks):
-        for i in b.units:
-            block_of[i] = k
-    own = [u.saved_bytes for u in units]
-    for i in range(1, len(units)):
-        before, here = blocks[block_of[i - 1]], blocks[block_of[i]]
-        if before is here or (before.policy == here.policy == "keep"):
-            own[i] -= profile.shared_boundary_bytes(i - 1)
-    for b in blocks:  # a recomputed block's first unit saves its input: the block's checkpoint, counted apart
-        if b.policy == "recompute":
-            own[b.start] -= min(units[b.start].saved_input_bytes, units[b.start].input_bytes)
-    act = [sum(own[i] for i in b.units) for b in blocks]
-    ckpt_bytes = []
-    for k, b in enumerate(blocks):
-        shared = profile.shared_boundary_bytes(b.start - 1) if k and blocks[k - 1].policy == "keep" else 0
-        ckpt_bytes.append(units[b.start].input_bytes - shared)
-    params = [sum(units[i].param_bytes for i in b.units) for b in blocks]
-    # streamed blocks upload every weight they use, a tied one (owned by an earlier unit) too
-    uses = [params[k] + sum(units[i].tied_param_bytes for i in b.units) for k, b in enumerate(blocks)]
-    static = sum(u.buffer_bytes for u in units)
-    if not streamed:
-        static += sum(u.param_bytes + (0 if host_side else u.optimizer_bytes) for u in units)
 
-    # ---- forward -------------------------------------------------------
-    fwd_start = [0.0] * nb
-    swap_out_end = [0.0] * nb
-    ckpt_out_end = [0.0] * nb
+def _forward(it: _Iteration) -> None:
+    """Every block's forward in order: uploads `depth` blocks ahead (streamed), a recomputed block's
+    checkpoint (offloaded when on the host), a swapped block's copy out after its forward."""
+    s, by, plan, hw, units = it.s, it.by, it.plan, it.hw, it.profile.units
+    blocks, depth, nb = plan.blocks, plan.prefetch_depth, len(plan.blocks)
+    it.swap_out_end = [0.0] * nb
+    it.ckpt_out_end = [0.0] * nb
     weights_up_end = [0.0] * nb
     t = 0.0
-    if streamed:
+    if it.streamed:
         for k in range(min(depth, nb)):
-            weights_up_end[k] = s.op("h2d", "upload weights", k, 0.0, uses[k] / hw.h2d_bw, alloc=uses[k])[1]
+            weights_up_end[k] = it.upload(k, 0.0)
     for k, b in enumerate(blocks):
         ready = t
         if k - depth >= 0:
-            ready = max(ready, max(swap_out_end[: k - depth + 1]))
-        if streamed:
+            ready = max(ready, max(it.swap_out_end[: k - depth + 1]))
+        if it.streamed:
             ready = max(ready, weights_up_end[k])
         if b.policy == "recompute":
-            ckpt = ckpt_bytes[k]
-            s.alloc(ready, ckpt, k)
+            s.alloc(ready, by.ckpt[k], k)
         first = True
         for i in b.units:
             u = units[i]
-            keep = own[i] if b.policy != "recompute" else 0.0
+            keep = by.own[i] if b.policy != "recompute" else 0.0
             start, t = s.op("compute", "forward", k, ready, u.forward_time,
-                            alloc=own[i] + u.workspace_bytes, free=u.workspace_bytes + own[i] - keep)
+                            alloc=by.own[i] + u.workspace_bytes, free=u.workspace_bytes + by.own[i] - keep)
             ready = t
             if first:
-                fwd_start[k] = start
                 first = False
-                if streamed and k + depth < nb:
-                    j = k + depth
-                    weights_up_end[j] = s.op("h2d", "upload weights", j, start, uses[j] / hw.h2d_bw,
-                                             alloc=uses[j])[1]
+                if it.streamed and k + depth < nb:
+                    weights_up_end[k + depth] = it.upload(k + depth, start)
                 if b.policy == "recompute" and b.checkpoint == "host":
-                    ckpt_out_end[k] = s.op("d2h", "offload checkpoint", k, start, ckpt / hw.d2h_bw,
-                                           free=ckpt)[1]
-        if streamed:
-            s.release(t, uses[k], k, after_allocs=t == s.compute_start)
+                    it.ckpt_out_end[k] = s.op("d2h", "offload checkpoint", k, start, by.ckpt[k] / hw.d2h_bw,
+                                              free=by.ckpt[k])[1]
+        if it.streamed:
+            s.release(t, by.uses[k], k, after_allocs=t == s.compute_start)
         if b.policy == "swap":
-            swap_out_end[k] = s.op("d2h", "swap out", k, t, act[k] / hw.d2h_bw, free=act[k])[1]
+            it.swap_out_end[k] = s.op("d2h", "swap out", k, t, by.act[k] / hw.d2h_bw, free=by.act[k])[1]
+    it.forward_end = t
 
-    # ---- backward ------------------------------------------------------
-    grads_down_end = 0.0
-    bwd_ready = t
-    prefetch_end = [0.0] * nb
 
-    def prefetch(k: int, issue: float) -> None:
-        b = blocks[k]
-        end = issue
-        if streamed:
-            end = s.op("h2d", "upload weights", k, issue, uses[k] / hw.h2d_bw, alloc=uses[k])[1]
-        if b.policy == "swap":
-            end = s.op("h2d", "prefetch", k, max(issue, swap_out_end[k]), act[k] / hw.h2d_bw, alloc=act[k])[1]
-        elif b.policy == "recompute" and b.checkpoint == "host":
-            ckpt = ckpt_bytes[k]
-            end = s.op("h2d", "prefetch checkpoint", k, max(issue, ckpt_out_end[k]), ckpt / hw.h2d_bw,
-                       alloc=ckpt)[1]
-        prefetch_end[k] = end
+def _prefetch(it: _Iteration, k: int, issue: float) -> None:
+    """Bring block k back for its backward: its weights (streamed), its swapped activations or its
+    checkpoint from the host, each after its own copy out ended."""
+    s, by, hw, b = it.s, it.by, it.hw, it.plan.blocks[k]
+    end = issue
+    if it.streamed:
+        end = it.upload(k, issue)
+    if b.policy == "swap":
+        end = s.op("h2d", "prefetch", k, max(issue, it.swap_out_end[k]), by.act[k] / hw.h2d_bw, alloc=by.act[k])[1]
+    elif b.policy == "recompute" and b.checkpoint == "host":
+        end = s.op("h2d", "prefetch checkpoint", k, max(issue, it.ckpt_out_end[k]), by.ckpt[k] / hw.h2d_bw,
+                   alloc=by.ckpt[k])[1]
+    it.prefetch_end[k] = end
 
+
+def _backward(it: _Iteration) -> None:
+    """Blocks in reverse: prefetches `depth` blocks ahead, a recomputed block's forwards again, its
+    backwards; then its gradients go down and are reduced and applied on the host (host optimizer)
+    or reduced on the device (data parallel)."""
+    s, by, units = it.s, it.by, it.profile.units
+    blocks, depth, nb = it.plan.blocks, it.plan.prefetch_depth, len(it.plan.blocks)
+    it.prefetch_end = [0.0] * nb
+    bwd_ready = it.forward_end
     for k in range(nb - 1, max(nb - 1 - depth, -1), -1):
-        prefetch(k, bwd_ready)
+        _prefetch(it, k, bwd_ready)
     tied_grads = GradientBytes()
-    host_t = 0.0
     for k in range(nb - 1, -1, -1):
         b = blocks[k]
-        ready = max(bwd_ready, prefetch_end[k])
+        ready = max(bwd_ready, it.prefetch_end[k])
         first = True
         # the gradient of the block's output (made by the next unit's backward) waits through the recompute
         waiting_grad = units[b.stop - 1].output_bytes if b.policy == "recompute" and b.stop < len(units) else 0.0
@@ -286,65 +265,84 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
                     # early stop): an output nobody saved, at the block's end, is not made again
                     workspace = max(workspace - u.output_bytes, 0)
                 start, ready = s.op("compute", "recompute", k, ready, u.forward_time,
-                                    alloc=own[i] + workspace, free=workspace)
+                                    alloc=by.own[i] + workspace, free=workspace)
                 if first:
                     first = False
                     s.alloc(start, waiting_grad, k)
                     if k - depth >= 0:
-                        prefetch(k - depth, start)
+                        _prefetch(it, k - depth, start)
         for i in reversed(b.units):
             u = units[i]
             transient = backward_transient(units, i)
-            grads = tied_grads(u)
             start, ready = s.op("compute", "backward", k, ready, u.backward_time,
-                                alloc=transient + grads, free=transient + own[i])
+                                alloc=transient + tied_grads(u), free=transient + by.own[i])
             if waiting_grad:  # from here it is the backward's own output gradient
                 s.release(start, waiting_grad, k)
                 waiting_grad = 0.0
             if first:
                 first = False
                 if k - depth >= 0:
-                    prefetch(k - depth, start)
+                    _prefetch(it, k - depth, start)
         bwd_ready = ready
         if b.policy == "recompute":
-            s.release(ready, ckpt_bytes[k], k, after_allocs=ready == s.compute_start)
-        if host_side:
-            if streamed:
-                s.release(ready, uses[k], k, after_allocs=ready == s.compute_start)
-            grads_down_end = s.op("d2h", "download gradients", k, ready, params[k] / hw.d2h_bw,
-                                  free=params[k])[1]
-            traffic = optimizer_traffic_bytes(params[k], profile.optimizer)
-            if parallel and order == "naive":
-                pending.append((k, grads_down_end))
-            else:
-                if parallel:
-                    grads_down_end = net_end = s.op("network", "all-reduce", k, grads_down_end,
-                                                    allreduce_time(params[k], hw, gpus))[1]
-                host_t = s.op("host", "optimizer step", k, grads_down_end, traffic / hw.host_update_bw)[1]
-                if not streamed:
-                    host_t = s.op("h2d", "upload weights", k, host_t, params[k] / hw.h2d_bw)[1]
-        elif parallel:
-            if order == "naive":
-                pending.append((k, ready))
-            else:
-                net_end = s.op("network", "all-reduce", k, ready, allreduce_time(params[k], hw, gpus))[1]
+            s.release(ready, by.ckpt[k], k, after_allocs=ready == s.compute_start)
+        _gradients_ready(it, k, ready)
+    it.backward_end = bwd_ready
 
-    start_naive = max([bwd_ready] + [t for _, t in pending])
-    for k, _ in pending:
-        net_end = s.op("network", "all-reduce", k, start_naive, allreduce_time(params[k], hw, gpus))[1]
-        if host_side:
-            traffic = optimizer_traffic_bytes(params[k], profile.optimizer)
-            host_t = s.op("host", "optimizer step", k, net_end, traffic / hw.host_update_bw)[1]
-            if not streamed:
-                host_t = s.op("h2d", "upload weights", k, host_t, params[k] / hw.h2d_bw)[1]
 
-    if host_side:
-        end = max(bwd_ready, grads_down_end, host_t, net_end)
-    else:
-        traffic = optimizer_traffic_bytes(sum(params), profile.optimizer) / optimizer_shards
-        end = s.op("compute", "optimizer step", 0, max(bwd_ready, net_end), traffic / hw.memory_bw,
-                   free=sum(params))[1]
-    peak, over_block, _ = s.peak(static, capacity)
+def _gradients_ready(it: _Iteration, k: int, ready: float) -> None:
+    """Block k's backward ended at `ready`: host optimizer: its gradients go down, are all-reduced
+    (pipelined) and applied on the host, resident weights go back up; device optimizer with data
+    parallelism: its all-reduce starts (pipelined). The naive order leaves them pending."""
+    s, by, hw = it.s, it.by, it.hw
+    parallel = it.gpus > 1
+    if it.host_side:
+        if it.streamed:
+            s.release(ready, by.uses[k], k, after_allocs=ready == s.compute_start)
+        it.grads_down_end = s.op("d2h", "download gradients", k, ready, by.params[k] / hw.d2h_bw,
+                                 free=by.params[k])[1]
+        if parallel and it.order == "naive":
+            it.pending.append((k, it.grads_down_end))
+        else:
+            if parallel:
+                it.grads_down_end = it.net_end = s.op("network", "all-reduce", k, it.grads_down_end,
+                                                      allreduce_time(by.params[k], hw, it.gpus))[1]
+            _host_update(it, k, it.grads_down_end)
+    elif parallel:
+        if it.order == "naive":
+            it.pending.append((k, ready))
+        else:
+            it.net_end = s.op("network", "all-reduce", k, ready, allreduce_time(by.params[k], hw, it.gpus))[1]
+
+
+def _host_update(it: _Iteration, k: int, ready: float) -> None:
+    """Block k's optimizer step on the host; resident weights go back up after it."""
+    traffic = optimizer_traffic_bytes(it.by.params[k], it.profile.optimizer)
+    it.host_end = it.s.op("host", "optimizer step", k, ready, traffic / it.hw.host_update_bw)[1]
+    if not it.streamed:
+        it.host_end = it.s.op("h2d", "upload weights", k, it.host_end, it.by.params[k] / it.hw.h2d_bw)[1]
+
+
+def _optimizer(it: _Iteration, shards: int) -> float:
+    """The naive order's all-reduces (after the whole backward), then the optimizer step: on the
+    device over every weight (1/shards of them with ZeRO-1), or the host's last update. Returns
+    the end of the iteration."""
+    s, by, hw = it.s, it.by, it.hw
+    start_naive = max([it.backward_end] + [t for _, t in it.pending])
+    for k, _ in it.pending:
+        it.net_end = s.op("network", "all-reduce", k, start_naive, allreduce_time(by.params[k], hw, it.gpus))[1]
+        if it.host_side:
+            _host_update(it, k, it.net_end)
+    if it.host_side:
+        return max(it.backward_end, it.grads_down_end, it.host_end, it.net_end)
+    traffic = optimizer_traffic_bytes(sum(by.params), it.profile.optimizer) / shards
+    return s.op("compute", "optimizer step", 0, max(it.backward_end, it.net_end), traffic / hw.memory_bw,
+                free=sum(by.params))[1]
+
+
+def _result(it: _Iteration, end: float, capacity: float) -> SimResult:
+    blocks, by, s = it.plan.blocks, it.by, it.s
+    peak, over_block, _ = s.peak(by.static, capacity)
     reason = None
     if over_block is not None:
         b = blocks[over_block]
@@ -352,23 +350,21 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
                   f"capacity; first over at block {over_block} (units {b.start}..{b.stop - 1}, {b.policy})")
     return SimResult(
         time=None if reason else end, makespan=end, peak_bytes=peak, capacity=capacity, busy=dict(s.busy),
-        bytes_h2d=_bytes(blocks, act, params, ckpt_bytes, streamed, host_side, "h2d"),
-        bytes_d2h=_bytes(blocks, act, params, ckpt_bytes, streamed, host_side, "d2h"),
-        timeline=s.timeline, reason=reason,
+        bytes_h2d=_bytes(it, "h2d"), bytes_d2h=_bytes(it, "d2h"), timeline=s.timeline, reason=reason,
     )
 
 
-def _bytes(blocks, act, params, ckpt_bytes, streamed: bool, host_side: bool, direction: str) -> float:
+def _bytes(it: _Iteration, direction: str) -> float:
     """Bytes crossing the link in one direction (streamed weights go up twice, gradients down once;
     resident weights updated on the host go down as gradients and up once, updated)."""
     total = 0.0
-    for k, b in enumerate(blocks):
+    for k, b in enumerate(it.plan.blocks):
         if b.policy == "swap":
-            total += act[k]
+            total += it.by.act[k]
         elif b.policy == "recompute" and b.checkpoint == "host":
-            total += ckpt_bytes[k]
-        if streamed:
-            total += 2 * params[k] if direction == "h2d" else params[k]
-        elif host_side:
-            total += params[k]
+            total += it.by.ckpt[k]
+        if it.streamed:
+            total += 2 * it.by.params[k] if direction == "h2d" else it.by.params[k]
+        elif it.host_side:
+            total += it.by.params[k]
     return total

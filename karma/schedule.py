@@ -1,0 +1,81 @@
+"""The simulator's resources: in-order queues like CUDA streams, and a device-memory ledger.
+
+Operations are issued in program order; each starts when its queue is free and its
+dependencies are met, and lasts its cost. Memory is accounted at operation boundaries:
+allocated at the start of the op that produces it, freed at the end of the op that last
+needs it; at equal times frees come first (an op's memory is released before the next op
+starts), except an op of no duration, whose frees follow its own allocation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Event:
+    """One operation of the timeline, in the simulator's and the runtime's common format."""
+
+    resource: str
+    op: str
+    block: int
+    start: float
+    end: float
+
+
+class Schedule:
+    """In-order queues and a memory ledger, filled in program order."""
+
+    def __init__(self, duplex: str, record: bool):
+        self.free_at: dict[str, float] = {}
+        self.busy: dict[str, float] = {}
+        self.duplex = duplex
+        self.mem: list[tuple[float, int, float, int]] = []  # (time, order, delta, block)
+        self.record = record
+        self.timeline: list[Event] = []
+        self.order = 0
+        self.compute_start = 0.0
+
+    def queue(self, resource: str) -> str:
+        if self.duplex == "half" and resource in ("h2d", "d2h"):
+            return "link"
+        return resource
+
+    def op(self, resource: str, name: str, block: int, ready: float, duration: float,
+           alloc: float = 0.0, free: float = 0.0) -> tuple[float, float]:
+        q = self.queue(resource)
+        start = max(self.free_at.get(q, 0.0), ready)
+        end = start + duration
+        self.free_at[q] = end
+        if q == "compute":
+            self.compute_start = start
+        self.busy[q] = self.busy.get(q, 0.0) + duration
+        if alloc:
+            self.alloc(start, alloc, block)
+        if free:
+            # an op of no duration frees after its own allocation, not before (frees come first at equal times)
+            self.release(end, free, block, after_allocs=end == start)
+        if self.record:
+            self.timeline.append(Event(q, name, block, start, end))
+        return start, end
+
+    def alloc(self, t: float, nbytes: float, block: int) -> None:
+        self.order += 1
+        self.mem.append((t, 1, nbytes, block))
+
+    def release(self, t: float, nbytes: float, block: int, after_allocs: bool = False) -> None:
+        """Frees come first at equal times, except those of an op of no duration (after_allocs)."""
+        self.order += 1
+        self.mem.append((t, 2 if after_allocs else 0, -nbytes, block))
+
+    def peak(self, base: float, capacity: float) -> tuple[float, int | None, float]:
+        """Peak bytes, and the first block whose allocation crossed `capacity` (frees first at equal times)."""
+        level = peak = base
+        first_over, over_by = (0, base - capacity) if base > capacity else (None, 0.0)
+        for _t, _kind, delta, block in sorted(self.mem, key=lambda e: (e[0], e[1])):
+            level += delta
+            if level > peak:
+                peak = level
+            if first_over is None and level > capacity:
+                first_over, over_by = block, level - capacity
+        return peak, first_over, over_by
