@@ -1,7 +1,15 @@
 """Command line: `karma models`, `karma hardware`, `karma profile ...`.
 
-Bad input (unknown model, size or hardware, non-positive batch, malformed
-file) prints one line on stderr and exits with status 2; nothing is written.
+Bad input (unknown model, size or hardware; a number that is not finite and
+positive; a file that is missing, a directory, not UTF-8, malformed, or has a
+field of the wrong type or range; an output path that cannot be written)
+prints one line on stderr and exits with status 2; nothing is written. Every
+output is written whole or not at all (`write_atomic`).
+
+`karma plan` refuses a plan that does not fit (a baseline whose plan the
+simulator rejects under the capacity): it exits 2 with the simulator's reason
+and writes nothing, so that a plan file on disk is always one that fits its
+capacity; `karma simulate` on the plan at a larger `--capacity-gb` shows it.
 """
 
 from __future__ import annotations
@@ -10,17 +18,47 @@ import argparse
 import sys
 from pathlib import Path
 
-from karma.errors import KarmaError, choose
+from karma.errors import KarmaError, choose, number
 
 
-def _positive_int(text: str) -> int:
+def _positive(parse, kind: str):
+    """An argparse type: `parse` the text, then the value must be finite and > 0."""
+    def convert(text: str):
+        try:
+            return number(parse(text), "", positive=True, integer=parse is int)
+        except (ValueError, KarmaError):
+            raise argparse.ArgumentTypeError(f"must be a positive {kind}, got {text!r}") from None
+    return convert
+
+
+_positive_int = _positive(int, "integer")
+_positive_float = _positive(float, "number")
+
+
+def write_atomic(out: Path, content: str) -> None:
+    """Write `content` to `out` whole or not at all: a half-written file is never left behind."""
+    out = Path(out)
+    if out.is_dir():
+        raise KarmaError(f"{out}: is a directory; give a file name to write")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
+        tmp.write_text(content)
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _timeline_csv(events) -> str:
+    import csv
+    import io
+    from dataclasses import asdict
+
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=["resource", "op", "block", "start", "end"], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(asdict(e) for e in events)
+    return text.getvalue()
 
 
 def cmd_models(_args) -> None:
@@ -42,15 +80,11 @@ def cmd_hardware(_args) -> None:
 
 def write_profile(profile, out: Path, csv_path: Path | None) -> None:
     """Write atomically: a half-written profile must never be left behind."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    profile.to_json(tmp)
-    tmp.replace(out)
+    import json
+
+    write_atomic(out, json.dumps(profile.to_dict(), indent=1))
     if csv_path:
-        csv_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = csv_path.with_suffix(csv_path.suffix + ".tmp")
-        tmp.write_text(profile.to_csv())
-        tmp.replace(csv_path)
+        write_atomic(csv_path, profile.to_csv())
 
 
 def make_profile(model: str, size: str, batch: int | None, source: str, hardware: str,
@@ -93,14 +127,22 @@ def cmd_profile(args) -> None:
 
 
 def _capacity(args, hw) -> float:
-    if args.capacity_gb is None:
-        return hw.device_memory
-    if args.capacity_gb <= 0:
-        raise KarmaError(f"capacity must be positive, got {args.capacity_gb} GB")
-    return args.capacity_gb * 1e9
+    return hw.device_memory if args.capacity_gb is None else args.capacity_gb * 1e9
+
+
+def _over_bound(time: float, bound: float) -> str:
+    return f"plan/bound {time / bound:.3f}" if bound > 0 else "plan/bound n/a (the bound is 0)"
+
+
+def _matching(profile, plan) -> None:
+    if plan.model != profile.model or plan.batch != profile.batch or plan.units != len(profile.units):
+        raise KarmaError(f"plan is for {plan.model} batch {plan.batch} ({plan.units} units), the profile is "
+                         f"{profile.model} batch {profile.batch} ({len(profile.units)} units)")
 
 
 def cmd_plan(args) -> None:
+    import json
+
     from karma.bound import lower_bound
     from karma.hardware import load
     from karma.profile import Profile
@@ -112,25 +154,18 @@ def cmd_plan(args) -> None:
     outcome = run_strategy(args.strategy, profile, hw, capacity)
     if outcome.plan is None:
         raise KarmaError(f"strategy '{args.strategy}' has no plan for {profile.model}")
-    bound = lower_bound(profile, hw, capacity)
+    if not outcome.result.feasible:
+        raise KarmaError(f"the {args.strategy} plan for {profile.model} batch {profile.batch} does not fit in "
+                         f"{capacity / 1e9:.3f} GB ({outcome.result.reason}); no plan written")
     out = Path(args.out or f"{profile.model}-{args.strategy}-plan.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    outcome.plan.to_json(tmp)
-    tmp.replace(out)
-    if outcome.result.feasible:
-        verdict = (f"{outcome.time:.4f} s/iteration, peak {outcome.result.peak_bytes / 1e9:.2f} GB, "
-                   f"plan/bound {outcome.time / bound:.3f}")
-    else:
-        verdict = f"OOM: {outcome.result.reason}"
-    print(f"{args.strategy} plan for {profile.model} batch {profile.batch} in {capacity / 1e9:.2f} GB: {verdict} "
-          f"[simulated on {hw.name}] -> {out}")
+    said = (f"{args.strategy} plan for {profile.model} batch {profile.batch} in {capacity / 1e9:.2f} GB: "
+            f"{outcome.time:.4f} s/iteration, peak {outcome.result.peak_bytes / 1e9:.2f} GB, "
+            f"{_over_bound(outcome.time, lower_bound(profile, hw, capacity))} [simulated on {hw.name}] -> {out}")
+    write_atomic(out, json.dumps(outcome.plan.to_dict(), indent=1))
+    print(said)
 
 
 def cmd_simulate(args) -> None:
-    import csv
-    from dataclasses import asdict
-
     from karma.bound import lower_bound
     from karma.hardware import load
     from karma.plan import Plan
@@ -139,30 +174,22 @@ def cmd_simulate(args) -> None:
 
     profile = Profile.from_json(args.profile)
     plan = Plan.from_json(args.plan)
-    if plan.model != profile.model or plan.batch != profile.batch:
-        raise KarmaError(f"plan is for {plan.model} batch {plan.batch}, the profile is {profile.model} "
-                         f"batch {profile.batch}")
+    _matching(profile, plan)
     hw = load(args.hardware)
     capacity = _capacity(args, hw)
     result = simulate(profile, plan, hw, capacity)
     if not result.feasible:
         raise KarmaError(f"plan rejected: {result.reason}")
     if args.timeline:
-        with open(args.timeline, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=["resource", "op", "block", "start", "end"])
-            writer.writeheader()
-            writer.writerows(asdict(e) for e in result.timeline)
+        write_atomic(Path(args.timeline), _timeline_csv(result.timeline))
     busy = ", ".join(f"{k} {v:.3f} s" for k, v in result.busy.items())
     print(f"{plan.strategy} plan for {profile.model} batch {profile.batch} [simulated on {hw.name}]: "
           f"{result.time:.4f} s/iteration, peak {result.peak_bytes / 1e9:.2f} of {capacity / 1e9:.2f} GB, "
           f"h2d {result.bytes_h2d / 1e9:.2f} GB, d2h {result.bytes_d2h / 1e9:.2f} GB, busy: {busy}, "
-          f"plan/bound {result.time / lower_bound(profile, hw, capacity):.3f}")
+          f"{_over_bound(result.time, lower_bound(profile, hw, capacity))}")
 
 
 def cmd_run(args) -> None:
-    import csv
-    from dataclasses import asdict
-
     from karma.plan import Plan
     from karma.runtime.run import run_plan
 
@@ -176,10 +203,7 @@ def cmd_run(args) -> None:
                       capacity_bytes=args.capacity_mb * 1e6 if args.capacity_mb else None, steps=args.steps,
                       link_bw=args.link_mbs * 1e6 if args.link_mbs else None, device=args.device)
     if args.timeline:
-        with open(args.timeline, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=["resource", "op", "block", "start", "end"])
-            writer.writeheader()
-            writer.writerows(asdict(e) for e in result.reports[-1].timeline)
+        write_atomic(Path(args.timeline), _timeline_csv(result.reports[-1].timeline))
     last = result.reports[-1]
     print(f"{result.plan.strategy} plan {result.plan.policies()} ({result.plan.weights} weights, depth "
           f"{result.plan.prefetch_depth}) for {args.model} {args.size}:")
@@ -195,24 +219,39 @@ def cmd_reference(args) -> None:
     from karma.regress import collect
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     table = collect(args.results)
-    tmp = out.with_suffix(".tmp")
-    table.to_csv(tmp, index=False)
-    tmp.replace(out)
+    write_atomic(out, table.to_csv(index=False))
     print(f"{len(table)} reference numbers ({(table.kind == 'simulated').sum()} simulated, "
           f"{(table.kind == 'measured').sum()} measured) -> {out}")
 
 
-def cmd_compare(args) -> int:
+def read_reference(path):
+    """The reference table (karma reference): a CSV with columns metric, kind, value; one line if not."""
+    import io
+
     import pandas as pd
 
+    from karma.errors import read_text
+
+    try:
+        table = pd.read_csv(io.StringIO(read_text(path, "reference")))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        raise KarmaError(f"{path}: not a CSV table ({str(err).splitlines()[0]})") from None
+    missing = [c for c in ("metric", "kind", "value") if c not in table.columns]
+    if missing:
+        raise KarmaError(f"{path}: missing column '{missing[0]}' (karma reference writes the file)")
+    if not pd.api.types.is_numeric_dtype(table.value):
+        raise KarmaError(f"{path}: column 'value' must hold numbers")
+    return table
+
+
+def cmd_compare(args) -> int:
     from karma.regress import collect, compare
     from karma.tables import to_markdown
 
     if not Path(args.reference).exists():
         raise KarmaError(f"reference file not found: {args.reference} (karma reference writes one)")
-    diff = compare(pd.read_csv(args.reference), collect(args.results))
+    diff = compare(read_reference(args.reference), collect(args.results))
     bad = diff[diff.verdict.isin(["REGRESSION", "MISSING"])]
     shown = diff if args.all else diff[diff.verdict != "ok"]
     if len(shown):
@@ -221,7 +260,7 @@ def cmd_compare(args) -> int:
     print(f"{int((diff.verdict == 'ok').sum())} of {len(diff)} numbers within tolerance (simulated 1%, measured 25%); "
           f"{absent} not measured this run; {len(bad)} regressions or missing")
     if args.out:
-        Path(args.out).write_text(to_markdown(diff) + "\n")
+        write_atomic(Path(args.out), to_markdown(diff) + "\n")
     return 1 if len(bad) else 0
 
 
@@ -287,14 +326,14 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("profile", help="profile JSON (karma profile ...)")
     pl.add_argument("--strategy", default="karma")
     pl.add_argument("--hardware", default="v100-abci", help="preset name or YAML path")
-    pl.add_argument("--capacity-gb", type=float, help="device memory to plan for (default: the hardware's)")
+    pl.add_argument("--capacity-gb", type=_positive_float, help="device memory to plan for (default: the hardware's)")
     pl.add_argument("--out", help="plan JSON output path")
     pl.set_defaults(func=cmd_plan)
     sim = sub.add_parser("simulate", help="simulate one iteration of a plan (the performance model)")
     sim.add_argument("profile")
     sim.add_argument("plan")
     sim.add_argument("--hardware", default="v100-abci")
-    sim.add_argument("--capacity-gb", type=float)
+    sim.add_argument("--capacity-gb", type=_positive_float)
     sim.add_argument("--timeline", help="write the timeline as CSV (resource, op, block, start, end)")
     sim.set_defaults(func=cmd_simulate)
     run = sub.add_parser("run", help="train a few steps under a plan here (emulated device) and check the model")
@@ -303,11 +342,12 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--batch", type=_positive_int)
     run.add_argument("--strategy", default="karma", help="plan with this strategy (ignored with --plan)")
     run.add_argument("--plan", help="a plan JSON for this model and batch")
-    run.add_argument("--capacity-fraction", type=float, default=0.5,
+    run.add_argument("--capacity-fraction", type=_positive_float, default=0.5,
                      help="device memory as a fraction of the in-core footprint (default 0.5)")
-    run.add_argument("--capacity-mb", type=float, help="device memory in MB (overrides the fraction)")
+    run.add_argument("--capacity-mb", type=_positive_float, help="device memory in MB (overrides the fraction)")
     run.add_argument("--steps", type=_positive_int, default=3, help="timed steps, after one warm-up")
-    run.add_argument("--link-mbs", type=float, help="emulated link MB/s (default: the V100's compute/PCIe ratio)")
+    run.add_argument("--link-mbs", type=_positive_float,
+                     help="emulated link MB/s (default: the V100's compute/PCIe ratio)")
     run.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     run.add_argument("--threads", type=_positive_int, default=1, help="torch compute threads (default 1)")
     run.add_argument("--timeline", help="write the last step's timeline as CSV")
@@ -341,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
         status = args.func(args)
     except KarmaError as err:
         print(f"karma: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # an output path that is a directory, a full disk, no permission
+        print(f"karma: error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
         return 2
     return status or 0
 

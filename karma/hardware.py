@@ -11,13 +11,12 @@ datasheets use (GB, TFLOP/s, GB/s, us); the dataclass holds SI units
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
 
-from karma.errors import KarmaError
+from karma.errors import KarmaError, number, read_text, text
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -38,6 +37,7 @@ FIELDS = {
     "inter_node_latency_us": ("inter_node_latency", 1e-6),
 }
 OPTIONAL = {"link_duplex": "full", "description": ""}
+INTEGERS = {"gpus_per_node"}
 
 
 @dataclass(frozen=True)
@@ -78,12 +78,6 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
-def _number(raw, key: str, where: str) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw <= 0:
-        raise KarmaError(f"{where}: field '{key}' must be a positive number, got {raw!r}")
-    return float(raw)
-
-
 def parse(data, name: str, where: str) -> Hardware:
     """Validate a mapping read from a preset file; one-line error naming the field."""
     if not isinstance(data, dict):
@@ -92,18 +86,21 @@ def parse(data, name: str, where: str) -> Hardware:
     if unknown:
         raise KarmaError(f"{where}: unknown field '{sorted(unknown)[0]}'; valid: {', '.join(sorted(FIELDS))}")
     values = {}
-    for key, (attr, factor) in FIELDS.items():
-        if key not in data:
-            raise KarmaError(f"{where}: missing field '{key}'")
-        values[attr] = _number(data[key], key, where) * factor
-    values["gpus_per_node"] = int(values["gpus_per_node"])
-    if values["gpus_per_node"] != data["gpus_per_node"]:
-        raise KarmaError(f"{where}: field 'gpus_per_node' must be an integer, got {data['gpus_per_node']!r}")
+    try:
+        for key, (attr, factor) in FIELDS.items():
+            if key not in data:
+                raise KarmaError(f"missing field '{key}'")
+            values[attr] = number(data[key], key, positive=True, integer=key in INTEGERS) * factor
+        for key in ("name", "description"):
+            if key in data:
+                text(data[key], key)
+    except KarmaError as err:
+        raise KarmaError(f"{where}: {err}") from None
     duplex = data.get("link_duplex", OPTIONAL["link_duplex"])
     if duplex not in ("full", "half"):
         raise KarmaError(f"{where}: field 'link_duplex' must be 'full' or 'half', got {duplex!r}")
-    return Hardware(name=str(data.get("name", name)), link_duplex=duplex,
-                    description=str(data.get("description", "")), **values)
+    return Hardware(name=data.get("name", name), link_duplex=duplex, description=data.get("description", ""),
+                    **values)
 
 
 def load(name_or_path: str | Path) -> Hardware:
@@ -114,10 +111,8 @@ def load(name_or_path: str | Path) -> Hardware:
         if not path.exists():
             raise KarmaError(f"unknown hardware '{name_or_path}'; valid: {', '.join(preset_names())} "
                              "or a path to a .yaml file")
-    elif not path.exists():
-        raise KarmaError(f"hardware file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(read_text(path, "hardware"))
     except yaml.YAMLError as err:
         raise KarmaError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     return parse(data, path.stem, str(path))

@@ -28,7 +28,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from karma.errors import KarmaError, read_json
+from karma.errors import KarmaError, number, read_json, text
 
 VERSION = 1
 POLICIES = ("keep", "swap", "recompute")
@@ -99,15 +99,19 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data, where: str = "plan") -> Plan:
+        """A plan read from a file: unknown or missing fields and every bad value are one-line KarmaErrors."""
         if not isinstance(data, dict):
-            raise KarmaError(f"{where}: expected a JSON object")
+            raise KarmaError(f"{where}: expected a JSON object, got {type(data).__name__}")
         if data.get("version") != VERSION:
             raise KarmaError(f"{where}: field 'version' must be {VERSION}, got {data.get('version')!r}")
         for key in ("model", "batch", "units", "blocks"):
             if key not in data:
                 raise KarmaError(f"{where}: missing field '{key}'")
+        if not isinstance(data["blocks"], list) or not data["blocks"]:
+            raise KarmaError(f"{where}: field 'blocks' must be a non-empty list of block objects, "
+                             f"got {data['blocks']!r:.60}")
         blocks = []
-        for k, raw in enumerate(data["blocks"] if isinstance(data["blocks"], list) else [None]):
+        for k, raw in enumerate(data["blocks"]):
             if not isinstance(raw, dict) or "start" not in raw or "stop" not in raw:
                 raise KarmaError(f"{where}: field 'blocks[{k}]' needs 'start' and 'stop'")
             extra = set(raw) - {"start", "stop", "policy", "checkpoint"}
@@ -129,31 +133,33 @@ class Plan:
         return cls.from_dict(read_json(path, "plan"), str(path))
 
 
-def _int(value, name: str, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise KarmaError(f"field '{name}' must be an integer >= {minimum}, got {value!r}")
+def _choice(value, name: str, valid: tuple[str, ...]) -> None:
+    if not isinstance(value, str) or value not in valid:
+        raise KarmaError(f"field '{name}' must be one of {', '.join(valid)}, got {value!r}")
 
 
 def validate(plan: Plan) -> None:
-    """Blocks must tile units 0..units-1 in order; every field within its choices."""
-    _int(plan.units, "units", 1)
-    _int(plan.batch, "batch", 1)
-    _int(plan.prefetch_depth, "prefetch_depth", 1)
-    if plan.weights not in WEIGHTS:
-        raise KarmaError(f"field 'weights' must be one of {', '.join(WEIGHTS)}, got {plan.weights!r}")
-    if plan.optimizer not in OPTIMIZERS:
-        raise KarmaError(f"field 'optimizer' must be one of {', '.join(OPTIMIZERS)}, got {plan.optimizer!r}")
+    """Blocks must tile units 0..units-1 in order; every field of its type and within its choices."""
+    number(plan.units, "units", positive=True, integer=True)
+    number(plan.batch, "batch", positive=True, integer=True)
+    number(plan.prefetch_depth, "prefetch_depth", positive=True, integer=True)
+    text(plan.model, "model")
+    text(plan.strategy, "strategy")
+    number(plan.predicted_time, "predicted_time", optional=True)
+    number(plan.predicted_peak, "predicted_peak", optional=True)
+    if not isinstance(plan.notes, dict):
+        raise KarmaError(f"field 'notes' must be an object, got {plan.notes!r:.60}")
+    _choice(plan.weights, "weights", WEIGHTS)
+    _choice(plan.optimizer, "optimizer", OPTIMIZERS)
     expected = 0
     for k, b in enumerate(plan.blocks):
-        _int(b.start, f"blocks[{k}].start", 0)
-        _int(b.stop, f"blocks[{k}].stop", 1)
+        number(b.start, f"blocks[{k}].start", integer=True)
+        number(b.stop, f"blocks[{k}].stop", positive=True, integer=True)
         if b.start != expected or b.stop <= b.start:
             raise KarmaError(f"field 'blocks[{k}]' covers units {b.start}..{b.stop - 1}; "
                              f"blocks must tile the units in order (expected start {expected})")
-        if b.policy not in POLICIES:
-            raise KarmaError(f"field 'blocks[{k}].policy' must be one of {', '.join(POLICIES)}, got {b.policy!r}")
-        if b.checkpoint not in PLACES:
-            raise KarmaError(f"field 'blocks[{k}].checkpoint' must be device or host, got {b.checkpoint!r}")
+        _choice(b.policy, f"blocks[{k}].policy", POLICIES)
+        _choice(b.checkpoint, f"blocks[{k}].checkpoint", PLACES)
         expected = b.stop
     if expected != plan.units:
         raise KarmaError(f"field 'blocks' covers {expected} units, the model has {plan.units}")

@@ -18,15 +18,17 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
-from karma.errors import KarmaError, read_json
+from karma.errors import KarmaError, choose, number, read_json, text
 
 VERSION = 3
 #: bytes of optimizer state per byte of weights (SGD with momentum: the momentum
 #: buffer; Adam: first and second moments, Kingma & Ba 2015).
 OPTIMIZER_STATE_FACTOR = {"sgd": 1, "adam": 2}
+#: the precisions a profile may be made in (DESIGN.md, Precision)
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,33 @@ def backward_transient(units, i: int) -> float:
     grad_out = 0 if i == len(units) - 1 else u.output_bytes
     grad_in = 0 if i == 0 else u.input_bytes
     return grad_out + grad_in + u.backward_workspace_bytes
+
+
+#: fields of UnitProfile that may be negative (a backward that frees saved tensors before it peaks)
+SIGNED = {"backward_workspace_bytes"}
+
+
+def _unit(raw, k: int) -> UnitProfile:
+    """Unit k of a profile file, each field checked: a string name, finite non-negative times,
+    work and bytes (integers where UnitProfile says so)."""
+    if not isinstance(raw, dict):
+        raise KarmaError(f"unit {k} must be an object, got {raw!r:.60}")
+    spec = {f.name: f for f in fields(UnitProfile)}
+    unknown = set(raw) - set(spec)
+    if unknown:
+        raise KarmaError(f"unit {k} has unknown field '{sorted(unknown)[0]}'")
+    values = {}
+    for name, f in spec.items():
+        if name not in raw:
+            if f.default is MISSING:
+                raise KarmaError(f"unit {k} lacks field '{name}'")
+            continue
+        where = f"units[{k}].{name}"
+        if f.type == "str":
+            values[name] = text(raw[name], where)
+        else:
+            values[name] = number(raw[name], where, integer=f.type == "int", signed=name in SIGNED)
+    return UnitProfile(**values)
 
 
 @dataclass(frozen=True)
@@ -190,24 +219,39 @@ class Profile:
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "profile") -> Profile:
+        """A profile read from a file: every field checked for type and range (one-line KarmaError)."""
         if not isinstance(data, dict):
-            raise KarmaError(f"{where}: expected a JSON object")
+            raise KarmaError(f"{where}: expected a JSON object, got {type(data).__name__}")
         if data.get("version") != VERSION:
             raise KarmaError(f"{where}: field 'version' must be {VERSION}, got {data.get('version')!r}"
                              + (" (written by an older version: profile the model again)"
                                 if isinstance(data.get("version"), int) and data["version"] < VERSION else ""))
-        unit_fields = {f.name for f in fields(UnitProfile)}
-        units = []
-        for k, raw in enumerate(data.get("units") or []):
-            missing = unit_fields - set(raw)
-            if missing:
-                raise KarmaError(f"{where}: unit {k} lacks field '{sorted(missing)[0]}'")
-            units.append(UnitProfile(**{name: raw[name] for name in unit_fields}))
-        top = {f.name for f in fields(cls)} - {"units", "dtype", "note"}
-        missing = top - set(data)
+        try:
+            return cls._checked(data)
+        except KarmaError as err:
+            raise KarmaError(f"{where}: {err}") from None
+
+    @classmethod
+    def _checked(cls, data: dict) -> Profile:
+        top = {f.name for f in fields(cls)}
+        unknown = set(data) - top - {"version"}
+        if unknown:
+            raise KarmaError(f"unknown field '{sorted(unknown)[0]}'")
+        missing = top - {"dtype", "note"} - set(data)
         if missing:
-            raise KarmaError(f"{where}: missing field '{sorted(missing)[0]}'")
-        return cls(units=tuple(units), **{k: data[k] for k in top | {"dtype", "note"} if k in data})
+            raise KarmaError(f"missing field '{sorted(missing)[0]}'")
+        if not isinstance(data["units"], list) or not data["units"]:
+            raise KarmaError(f"field 'units' must be a non-empty list of unit objects, got {data['units']!r:.60}")
+        choose("optimizer", data["optimizer"], OPTIMIZER_STATE_FACTOR)
+        choose("dtype", data.get("dtype", "float32"), DTYPES)
+        number(data["batch"], "batch", positive=True, integer=True)
+        for key in top - {"units", "optimizer", "batch", "dtype"}:
+            if key in data:
+                text(data[key], key)
+        units = tuple(_unit(raw, k) for k, raw in enumerate(data["units"]))
+        if not any(u.forward_time + u.backward_time for u in units):
+            raise KarmaError("every unit's forward and backward time is 0: nothing to plan or simulate")
+        return cls(units=units, **{k: data[k] for k in top - {"units"} if k in data})
 
     @classmethod
     def from_json(cls, path: str | Path) -> Profile:
