@@ -47,6 +47,19 @@ def number(value, name: str, *, positive: bool = False, integer: bool = False, s
     return value
 
 
+def finite_everywhere(data, name: str) -> None:
+    """Every float in a nested mapping or list (a YAML config) is finite: JSON schemas let
+    `.nan` through `minimum` and `.inf` through `exclusiveMinimum`."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            finite_everywhere(value, f"{name}: {key}")
+    elif isinstance(data, list):
+        for k, value in enumerate(data):
+            finite_everywhere(value, f"{name}[{k}]")
+    elif isinstance(data, float) and not math.isfinite(data):
+        raise KarmaError(f"'{name}' must be a finite number, got {data!r}")
+
+
 def text(value, name: str) -> str:
     """`value` if it is a string, else a KarmaError naming field `name`."""
     if not isinstance(value, str):
@@ -55,7 +68,7 @@ def text(value, name: str) -> str:
 
 
 def read_text(path, kind: str) -> str:
-    """The text of a user's file; missing, a directory, unreadable or not UTF-8 is one KarmaError line."""
+    """The text of a user's file; missing, a directory, unreadable, empty or not UTF-8 is one KarmaError line."""
     path = Path(path)
     if not path.exists():
         raise KarmaError(f"{kind} file not found: {path}")
@@ -65,6 +78,8 @@ def read_text(path, kind: str) -> str:
         raw = path.read_bytes()
     except OSError as err:
         raise KarmaError(f"{path}: cannot read the {kind} file ({err.strerror or err})") from None
+    if not raw.strip():
+        raise KarmaError(f"{path}: empty {kind} file")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -72,14 +87,11 @@ def read_text(path, kind: str) -> str:
 
 
 def read_json(path, kind: str):
-    """The parsed JSON of a user's file; a missing, empty or broken file is one KarmaError line."""
+    """The parsed JSON of a user's file; a file read_text refuses or broken JSON is one KarmaError line."""
     import json
 
-    content = read_text(path, kind)
-    if not content.strip():
-        raise KarmaError(f"{path}: empty {kind} file")
     try:
-        return json.loads(content)
+        return json.loads(read_text(path, kind))
     except json.JSONDecodeError as err:
         raise KarmaError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
     except RecursionError:

@@ -3,11 +3,15 @@
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from karma.errors import KarmaError
+from karma.errors import KarmaError, finite_everywhere
 from karma.hardware import load as load_hardware
 from karma.strategy import available as available_strategies
 
 validate(config, "../schemas/config.schema.yaml")
+try:
+    finite_everywhere(config, "config")
+except KarmaError as err:
+    raise WorkflowError(str(err)) from None
 try:
     HARDWARE = load_hardware(config["hardware"]).name
 except KarmaError as err:
