@@ -64,5 +64,23 @@ def balanced_groups(profile: Profile, count: int) -> list[tuple[int, int]]:
     return groups
 
 
+def halve(profile: Profile, groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Each group of two or more units cut in two of about equal forward+backward time:
+    the next finer level of the planner's search, whose cuts include the coarser ones."""
+    out = []
+    for a, b in groups:
+        if b - a < 2:
+            out.append((a, b))
+            continue
+        times = [u.forward_time + u.backward_time for u in profile.units[a:b]]
+        total, acc, cut, gap = sum(times), 0.0, a + 1, float("inf")
+        for i, t in enumerate(times[:-1]):
+            acc += t
+            if abs(2 * acc - total) < gap:
+                cut, gap = a + i + 1, abs(2 * acc - total)
+        out += [(a, cut), (cut, b)]
+    return out
+
+
 def coarsen(profile: Profile, groups: list[tuple[int, int]]) -> Profile:
     return replace(profile, units=tuple(merge(profile, a, b) for a, b in groups))

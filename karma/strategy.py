@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from karma.errors import KarmaError
 from karma.hardware import Hardware
 from karma.plan import Plan
+from karma.planner import plan as karma_plan
 from karma.profile import Profile
 from karma.simulate import SimResult, simulate
 
@@ -41,9 +42,7 @@ def get(name: str) -> Strategy:
     if name in _REGISTERED:
         return _REGISTERED[name]
     if name == "karma":
-        from karma.planner import plan
-
-        return plan
+        return karma_plan
     try:
         module = importlib.import_module(f"baselines.{name.replace('-', '_')}")
     except ModuleNotFoundError:

@@ -1,0 +1,181 @@
+"""Local search over the plan space (karma/plan_space.py), judged by the simulator.
+
+Moves on (blocks, depth, layout), all of them plans of the same space:
+
+* change one block's kind;
+* split a block in two, the right part of any kind (this also relabels a
+  block's suffix, and cuts a recompute block into two segments), or into
+  one block per group (one-group recompute segments: at one group per unit
+  the checkpoint of every unit, which coarse groups cannot express);
+* merge two adjacent blocks into one of either kind;
+* shift the cut between two adjacent blocks by one or two groups;
+* change the prefetch depth or the weight layout, alone or together with a
+  kind change (a layout that frees memory makes room for a faster kind).
+
+`near` bounds the split points to that many groups around existing cuts, so
+that on a long chain (ResNet-1001 at one group per unit) a step costs a few
+hundred simulations instead of thousands: the coarse search has placed the
+blocks, the fine one moves their edges.
+
+Infeasible plans are ranked by how far over capacity they are, so that the
+search walks towards feasibility.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from karma.hardware import Hardware
+from karma.plan_space import Space, State, to_plan
+from karma.profile import Profile
+from karma.simulate import simulate
+
+INFEASIBLE = 1e9
+
+
+@dataclass
+class Search:
+    """Memoised evaluation of states on `profile`, whose units are the groups."""
+
+    profile: Profile
+    hw: Hardware
+    capacity: float
+    space: Space
+    near: int | None = None
+    cache: dict[State, float] = field(default_factory=dict)
+    spans: dict[State, float] = field(default_factory=dict)
+    peaks: dict[State, float] = field(default_factory=dict)
+    repairs: int = 2
+    combos: bool = False
+    first: bool = False
+
+    def __post_init__(self):
+        self.groups = [(i, i + 1) for i in range(len(self.profile.units))]
+
+    def cost(self, state: State) -> float:
+        """Seconds if the plan fits; otherwise 1e9 + GB over capacity."""
+        if state not in self.cache:
+            result = simulate(self.profile, to_plan(self.profile, self.groups, state), self.hw, self.capacity,
+                              record=False)
+            self.spans[state] = result.makespan
+            self.peaks[state] = result.peak_bytes
+            self.cache[state] = (result.time if result.feasible
+                                 else INFEASIBLE + (result.peak_bytes - self.capacity) / 1e9)
+        return self.cache[state]
+
+    def frugal(self) -> float:
+        """The smallest peak of any plan simulated (what the error for no fit names)."""
+        return min(self.peaks.values(), default=float("inf"))
+
+    def _split_points(self, blocks) -> set[int]:
+        n = len(self.profile.units)
+        if self.near is None:
+            return set(range(1, n))
+        points = set()
+        for a, _, _ in blocks:
+            points.update(range(max(1, a - self.near), min(n, a + self.near + 1)))
+        return points
+
+    def block_moves(self, blocks):
+        """Every block sequence one move away (kind change, split, merge, shift)."""
+        kinds = self.space.kinds
+        for kind in kinds:  # every block of one kind at once
+            atoms = tuple(piece for a, b, k in blocks
+                          for piece in ([(g, g + 1, k) for g in range(a, b)] if k == kind else [(a, b, k)]))
+            if atoms != blocks:
+                yield atoms
+        for i in range(len(blocks) - 1):
+            (a, m, k1), (_, b, k2) = blocks[i], blocks[i + 1]
+            for d in (-2, -1, 1, 2):
+                if a < m + d < b:
+                    yield blocks[:i] + ((a, m + d, k1), (m + d, b, k2)) + blocks[i + 2:]
+        for i, (a, b, k) in enumerate(blocks):
+            for other in kinds:
+                if other != k:
+                    yield blocks[:i] + ((a, b, other),) + blocks[i + 1:]
+        for i, (a, b, k) in enumerate(blocks):
+            if b - a > 2:  # one group per block: recompute segments of one group, swaps copied sooner
+                yield blocks[:i] + tuple((g, g + 1, k) for g in range(a, b)) + blocks[i + 1:]
+        points = self._split_points(blocks)
+        for i, (a, b, k) in enumerate(blocks):
+            for p in range(a + 1, b):
+                if p in points:
+                    for other in kinds:
+                        yield blocks[:i] + ((a, p, k), (p, b, other)) + blocks[i + 1:]
+        for i in range(len(blocks) - 1):
+            (a, m, k1), (_, b, k2) = blocks[i], blocks[i + 1]
+            for kind in {k1, k2}:
+                yield blocks[:i] + ((a, b, kind),) + blocks[i + 2:]
+
+    def neighbours(self, state: State):
+        blocks, depth, layout = state
+        moves = list(self.block_moves(blocks))
+        others = [(d, w) for d in self.space.depths for w in self.space.layouts if (d, w) != (depth, layout)]
+        yield from ((new, depth, layout) for new in moves)
+        yield from ((blocks, d, w) for d, w in others)
+        for i, (a, b, k) in enumerate(blocks if self.combos else ()):
+            for other in self.space.kinds:
+                if other != k:
+                    new = blocks[:i] + ((a, b, other),) + blocks[i + 1:]
+                    yield from ((new, d, w) for d, w in others)
+
+    def repair(self, best: State, moves: list[State]) -> State | None:
+        """An ejection chain: the neighbours that would be faster but do not fit, each
+        followed by its best second move; the best of those that fit and are faster."""
+        cost = self.cost(best)
+        over = sorted((m for m in moves if self.cache[m] >= INFEASIBLE and self.spans[m] < cost - 1e-12),
+                      key=self.spans.__getitem__)
+        found = None
+        for first in over[: self.repairs]:
+            second = min(self.neighbours(first), key=self.cost, default=None)
+            if second is not None and self.cost(second) < min(cost, self.cost(found) if found else cost) - 1e-12:
+                found = second
+        return found
+
+    def descend(self, state: State, budget: int | None = None) -> State:
+        """Steepest descent: move to the best neighbour while it is faster, else to the best
+        repaired one (`repair`), until none is (or `budget` states have been simulated).
+        With `first`, move to the first faster neighbour (cheap moves come first): on a
+        long chain a full neighbourhood is hundreds of slow simulations."""
+        best = state
+        while budget is None or len(self.cache) < budget:
+            if self.first:
+                move = next((m for m in self.neighbours(best) if self.cost(m) < self.cost(best) - 1e-12), None)
+                if move is None:
+                    break
+                best = move
+                continue
+            moves = list(self.neighbours(best))
+            move = min(moves, key=self.cost, default=None)
+            if move is None or self.cost(move) >= self.cost(best) - 1e-12:
+                move = self.repair(best, moves) if self.repairs else None
+                if move is None:
+                    break
+            best = move
+        return best
+
+    def perturb(self, state: State, rng: random.Random) -> State:
+        """A few random moves (and maybe a new depth or layout): an iterated-local-search kick."""
+        blocks, depth, layout = state
+        for _ in range(rng.randint(2, 3)):
+            blocks = rng.choice(list(self.block_moves(blocks)) or [blocks])
+        if rng.random() < 0.3:
+            depth = rng.choice(self.space.depths)
+        if rng.random() < 0.3:
+            layout = rng.choice(self.space.layouts)
+        return blocks, depth, layout
+
+    def iterate(self, best: State, budget: int, seed: int = 0, patience: int = 40) -> State:
+        """Iterated local search: kick, descend, move there if not slower, until `budget`
+        states have been simulated or `patience` kicks in a row did not improve the best."""
+        rng = random.Random(seed)
+        stale, current = 0, best
+        while len(self.cache) < budget and stale < patience:
+            found = self.descend(self.perturb(current, rng), budget)
+            stale += 1
+            if self.cost(found) < self.cost(best) - 1e-12:
+                best, stale = found, 0
+            if self.cost(found) <= self.cost(current):
+                current = found
+        return best
