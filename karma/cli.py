@@ -322,7 +322,8 @@ def parser() -> argparse.ArgumentParser:
     prof.add_argument("--csv", help="also write the per-unit table as CSV")
     prof.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     prof.set_defaults(func=cmd_profile)
-    pl = sub.add_parser("plan", help="plan a profile with a strategy (karma or a baseline)")
+    pl = sub.add_parser("plan", help="plan a profile with a strategy (karma or a baseline); a plan that does not "
+                        "fit the capacity is refused (exit 2, nothing written)")
     pl.add_argument("profile", help="profile JSON (karma profile ...)")
     pl.add_argument("--strategy", default="karma")
     pl.add_argument("--hardware", default="v100-abci", help="preset name or YAML path")
