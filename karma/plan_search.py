@@ -8,7 +8,8 @@ Moves on (blocks, depth, layout), all of them plans of the same space:
   one block per group (one-group recompute segments: at one group per unit
   the checkpoint of every unit, which coarse groups cannot express);
 * merge two adjacent blocks into one of either kind;
-* shift the cut between two adjacent blocks by one or two groups;
+* shift the cut between two adjacent blocks by one or two groups, or halfway
+  into either block;
 * change the prefetch depth or the weight layout, alone or together with a
   kind change (a layout that frees memory makes room for a faster kind).
 
@@ -87,7 +88,7 @@ class Search:
                 yield atoms
         for i in range(len(blocks) - 1):
             (a, m, k1), (_, b, k2) = blocks[i], blocks[i + 1]
-            for d in (-2, -1, 1, 2):
+            for d in {-2, -1, 1, 2, (a - m) // 2, (b - m) // 2}:  # and halfway: cuts travel far on a long chain
                 if a < m + d < b:
                     yield blocks[:i] + ((a, m + d, k1), (m + d, b, k2)) + blocks[i + 2:]
         for i, (a, b, k) in enumerate(blocks):

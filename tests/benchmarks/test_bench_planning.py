@@ -2,10 +2,15 @@
 
     pytest tests/benchmarks --benchmark-only
 
-Targets from the planner issue: KARMA's planner on ResNet-1001 at paper size
-under 2 s; the whole six-model strategy table under 60 s (this machine).
+Targets from issue 12: KARMA's planner under 5 s on each paper model (ResNet-1001,
+335 units, included); the whole six-model strategy table under 60 s (this machine).
+Each planning benchmark records the plan's simulated time in `extra_info`, next to
+the time of a long search (ten times the budget, not coarsened) when
+`KARMA_BENCH_LONG=1`, so that the gap is reported where the time is.
 Reported, not asserted: wall-clock time is never a test verdict.
 """
+
+import os
 
 import pytest
 
@@ -22,14 +27,24 @@ V100 = load("v100-abci")
 STRATEGIES = ["incore", "vdnn", "checkpoint", "superneurons", "zero-offload", "karma"]
 
 
+def paper(name):
+    return analytic_profile(build(name, "paper", device="meta"), V100)
+
+
 @pytest.fixture(scope="module")
 def resnet1001():
-    return analytic_profile(build("resnet1001", "paper", device="meta"), V100)
+    return paper("resnet1001")
 
 
-def test_planner_resnet1001_paper(benchmark, resnet1001):
-    result = benchmark.pedantic(plan, args=(resnet1001, V100, V100.device_memory), rounds=3, iterations=1)
-    assert result.units == len(resnet1001.units)
+@pytest.mark.parametrize("name", PAPER_SIX)
+def test_planner_paper_model(benchmark, name):
+    profile = paper(name)
+    result = benchmark.pedantic(plan, args=(profile, V100, V100.device_memory), rounds=1, iterations=1)
+    benchmark.extra_info["plan_s"] = simulate(profile, result, V100, record=False).time
+    if os.environ.get("KARMA_BENCH_LONG"):
+        long = plan(profile, V100, V100.device_memory, groups=len(profile.units), work=10, seed=1)
+        benchmark.extra_info["long_search_s"] = simulate(profile, long, V100, record=False).time
+    assert result.units == len(profile.units)
 
 
 def test_simulate_resnet1001_swap_all(benchmark, resnet1001):
@@ -38,7 +53,7 @@ def test_simulate_resnet1001_swap_all(benchmark, resnet1001):
 
 
 def test_six_model_table(benchmark):
-    profiles = [analytic_profile(build(m, "paper", device="meta"), V100) for m in PAPER_SIX]
+    profiles = [paper(m) for m in PAPER_SIX]
 
     def table():
         return [compare(p, V100, STRATEGIES)[0] for p in profiles]
