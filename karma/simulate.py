@@ -32,7 +32,12 @@ of the op that produces it, freed at the end of the op that last needs it):
 A tensor saved both by a unit (its output) and by the next (its input) is
 one tensor: counted once inside a block and between two kept blocks, and a
 recomputed block after a kept one needs no extra checkpoint (the kept unit
-holds it until its own, later, backward). Elsewhere it is counted in both
+holds it until its own, later, backward). Between two swapped blocks it is
+copied once, as vDNN offloads each layer's input once (Rhu et al. 2016, Sec.
+III-B) and as the runtime does (karma/runtime/saved.py): out with the earlier
+block's copy (freed once that copy and the later block's forward are over),
+back with the later block's prefetch (which runs first in the backward), and
+held until the earlier block's backward. Elsewhere it is counted in both
 (conservative by at most one boundary activation per block boundary).
 The forward of block b waits for the swap-outs of blocks up to
 b-depth (depth 1: the previous block's copy must be done, vDNN's per-layer
@@ -89,6 +94,12 @@ class BlockBytes:
     params: list[float]  # per block: weights it owns (gradients downloaded, host update)
     uses: list[float]  # per block: weights it uploads when streamed (tied ones too)
     static: float  # buffers, plus resident weights (and device optimizer state)
+    lent: list[float]  # per block: the boundary it shares with the next swapped block, fetched back by that one
+    borrowed: list[float]  # per block: the previous swapped block's boundary that its own prefetch brings back
+
+    def back(self, k: int) -> float:
+        """Bytes block k's prefetch brings back (a swapped block)."""
+        return self.act[k] - self.lent[k] + self.borrowed[k]
 
 
 def block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
@@ -98,10 +109,13 @@ def block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
         for i in b.units:
             block_of[i] = k
     own = [float(u.saved_bytes) for u in units]
+    lent, borrowed = [0.0] * len(blocks), [0.0] * len(blocks)
     for i in range(1, len(units)):
         before, here = blocks[block_of[i - 1]], blocks[block_of[i]]
-        if before is here or (before.policy == here.policy == "keep"):
+        if before is here or (before.policy == here.policy and here.policy in ("keep", "swap")):
             own[i] -= profile.shared_boundary_bytes(i - 1)
+        if before is not here and before.policy == here.policy == "swap":
+            lent[block_of[i - 1]] = borrowed[block_of[i]] = float(profile.shared_boundary_bytes(i - 1))
     for b in blocks:  # a recomputed block's first unit saves its input: the block's checkpoint, counted apart
         if b.policy == "recompute":
             own[b.start] -= min(units[b.start].saved_input_bytes, units[b.start].input_bytes)
@@ -115,7 +129,7 @@ def block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
     static = float(sum(u.buffer_bytes for u in units))
     if plan.weights != "streamed":
         static += sum(u.param_bytes + (0 if host_side else u.optimizer_bytes) for u in units)
-    return BlockBytes(own, act, ckpt, params, uses, static)
+    return BlockBytes(own, act, ckpt, params, uses, static, lent, borrowed)
 
 
 @dataclass
@@ -219,8 +233,11 @@ def _forward(it: _Iteration) -> None:
                                               free=by.ckpt[k])[1]
         if it.streamed:
             s.release(t, by.uses[k], k, after_allocs=t == s.compute_start)
+        if k and by.borrowed[k]:  # the input it shares with the swapped block before: gone once both let go
+            s.release(max(t, it.swap_out_end[k - 1]), by.borrowed[k], k)
         if b.policy == "swap":
-            it.swap_out_end[k] = s.op("d2h", "swap out", k, t, by.act[k] / hw.d2h_bw, free=by.act[k])[1]
+            it.swap_out_end[k] = s.op("d2h", "swap out", k, t, by.act[k] / hw.d2h_bw,
+                                      free=by.act[k] - by.lent[k])[1]
     it.forward_end = t
 
 
@@ -232,7 +249,8 @@ def _prefetch(it: _Iteration, k: int, issue: float) -> None:
     if it.streamed:
         end = it.upload(k, issue)
     if b.policy == "swap":
-        end = s.op("h2d", "prefetch", k, max(issue, it.swap_out_end[k]), by.act[k] / hw.h2d_bw, alloc=by.act[k])[1]
+        end = s.op("h2d", "prefetch", k, max(issue, it.swap_out_end[k]), by.back(k) / hw.h2d_bw,
+                   alloc=by.back(k))[1]
     elif b.policy == "recompute" and b.checkpoint == "host":
         end = s.op("h2d", "prefetch checkpoint", k, max(issue, it.ckpt_out_end[k]), by.ckpt[k] / hw.h2d_bw,
                    alloc=by.ckpt[k])[1]
@@ -360,7 +378,7 @@ def _bytes(it: _Iteration, direction: str) -> float:
     total = 0.0
     for k, b in enumerate(it.plan.blocks):
         if b.policy == "swap":
-            total += it.by.act[k]
+            total += it.by.act[k] if direction == "d2h" else it.by.back(k)
         elif b.policy == "recompute" and b.checkpoint == "host":
             total += it.by.ckpt[k]
         if it.streamed:

@@ -168,11 +168,13 @@ def run_cuda_steps(chain, plan, steps: int, device: torch.device):
     gc.collect()  # the previous run's blocks back to the allocator, not counted against this cap
     torch.cuda.empty_cache()
     # streamed weights: host masters and optimizers; the device copies exist only while uploaded
-    optimizer = HostWeights(chain, plan, threads=host_threads()) if plan.host_optimizer \
-        else make_optimizer(chain)
     reports = []
+    optimizer = None
     try:
         with CudaLink(device) as link:
+            # a host optimizer with resident weights sends the updated weights back up over the link
+            optimizer = HostWeights(chain, plan, link=link, threads=host_threads()) if plan.host_optimizer \
+                else make_optimizer(chain)
             for s in range(steps + 1):
                 gc.collect()  # the peak is taken on these untracked steps: start each from the same memory
                 batch = chain.make_batch(seed=s, device=device)

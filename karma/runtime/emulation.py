@@ -57,10 +57,12 @@ def run_steps(chain, plan, capacity: float, link_bw: float, steps: int) -> tuple
     per-tensor accounting (a Python dispatch mode, 5-20% of a step on this CPU, which a GPU's
     allocator does not cost); they still account weights and what swapped blocks save.
     """
-    optimizer = HostWeights(chain, plan) if plan.host_optimizer else make_optimizer(chain)
     reports = []
+    optimizer = None
     try:
         with EmulatedLink(link_bw, link_bw) as link:
+            # a host optimizer with resident weights sends the updated weights back up over the link
+            optimizer = HostWeights(chain, plan, link=link) if plan.host_optimizer else make_optimizer(chain)
             for s in range(steps + 2):
                 reports.append(train_step(chain, plan, optimizer, chain.make_batch(seed=s), Ledger(capacity), link,
                                           track=s in (0, steps + 1)))

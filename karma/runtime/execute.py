@@ -189,7 +189,10 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
             ledger.hold("optimizer state", state_bytes, "weights", "optimizer state")
 
     to_host_side = [b.policy == "swap" or (b.policy == "recompute" and b.checkpoint == "host") for b in blocks]
-    stores = [SavedTensors(k, away, ledger, params) for k, away in enumerate(to_host_side)]
+    stores: list[SavedTensors] = []
+    for k, away in enumerate(to_host_side):  # adjacent swapped blocks copy a tensor both save once
+        both = k and blocks[k].policy == blocks[k - 1].policy == "swap"
+        stores.append(SavedTensors(k, away, ledger, params, prev=stores[k - 1] if both else None))
     swapped: list[Future | None] = [None] * nb
     downloads: list[Future] = []
     tracker = LiveTracker(ledger) if track else _Untracked()

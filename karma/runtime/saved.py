@@ -2,11 +2,16 @@
 
 Kept tensors count on the device ledger until autograd lets go of them; a swapped block's
 are copied to the host after its forward and counted until that copy ends, and their
-prefetched copies from the prefetch until autograd has used them.
+prefetched copies from the prefetch until autograd has used them. A tensor two adjacent
+swapped blocks both save (one block's output, the next one's input) is copied once each way,
+as vDNN offloads each layer's input once (Rhu et al. 2016, Sec. III-B): out with the earlier
+block's copy, back with the later block's prefetch (its backward runs first), and handed on
+to the earlier block's backward (karma/simulate.py models the same).
 """
 
 from __future__ import annotations
 
+import weakref
 from concurrent.futures import Future
 
 import torch
@@ -27,11 +32,18 @@ class SavedTensors:
     uncounted.
     """
 
-    def __init__(self, k: int, swap: bool, ledger: Ledger, params: dict[object, torch.Tensor]):
-        """`params` maps a weight's storage key, and ("id", id(weight)), to the weight."""
-        self.k, self.swap, self.ledger, self.params = k, swap, ledger, params
+    def __init__(self, k: int, swap: bool, ledger: Ledger, params: dict[object, torch.Tensor],
+                 prev: SavedTensors | None = None):
+        """`params` maps a weight's storage key, and ("id", id(weight)), to the weight; `prev` is the
+        previous block's store when both blocks are swapped (a tensor both save is copied once)."""
+        self.k, self.swap, self.ledger, self.params, self.prev = k, swap, ledger, params, prev
+        self.borrowed: list[int] = []  # indices into prev.device of tensors this block saved too
+        self.lent: set[int] = set()  # indices of self.device the next block brings back for this one
+        self.given: dict[int, torch.Tensor] = {}  # lent index -> the device copy the next block brought back
         self.device: list[torch.Tensor] = []
         self.device_keys: list[int] = []
+        self.views: list[tuple] = []  # (dtype, size, stride, offset) of each swapped tensor
+        self.refs: list[weakref.ref] = []  # each swapped tensor, while it lives (its storage cannot be reused)
         self.place = torch.device("cpu")
         self.keys: dict[int, int] = {}
         self.host: list[torch.Tensor] | None = None
@@ -56,6 +68,14 @@ class SavedTensors:
             weight = weight if weight is not None and storage_key(weight) == key else None
         if weight is not None:
             return ("param", (weight, t.size(), t.stride(), t.storage_offset()))
+        if self.swap and self.prev is not None:
+            j = self.prev.same_as(t, key)
+            if j is not None:  # the previous block copies it out; this block brings it back
+                self.prev.lent.add(j)
+                self.place = t.device
+                if j not in self.borrowed:
+                    self.borrowed.append(j)
+                return ("borrowed", j)
         if key not in self.keys:
             self.keys[key] = storage_bytes(t)
             self.ledger.hold(key, self.keys[key], self, f"block {self.k}")
@@ -64,11 +84,30 @@ class SavedTensors:
             return ("keep", t)
         self.device.append(t)
         self.device_keys.append(key)
+        self.views.append((t.dtype, t.size(), t.stride(), t.storage_offset()))
+        self.refs.append(weakref.ref(t))
         self.place = t.device
         return ("swap", len(self.device) - 1)
 
+    def same_as(self, t: torch.Tensor, key) -> int | None:
+        """Index of the very tensor `t` views (same storage, shape, strides, offset) among this block's
+        swapped tensors, when that storage is saved once here. Only a tensor still alive counts: a storage
+        key of a freed tensor may be reused by a new one of the same shape (every GPT layer's)."""
+        if self.device_keys.count(key) != 1:
+            return None
+        j = self.device_keys.index(key)
+        o = self.refs[j]()
+        if o is None or storage_key(o) != key:
+            return None
+        return j if self.views[j] == (t.dtype, t.size(), t.stride(), t.storage_offset()) else None
+
     def unpack(self, packed):
         kind, value = packed
+        if kind == "borrowed":  # brought back by this block's prefetch, handed on to the previous block
+            copies = self.back.result()
+            t = copies[len(self.device_keys) + self.borrowed.index(value)]
+            self.prev.given[value] = t
+            return t
         if kind == "param":
             weight, size, stride, offset = value  # its storage now: the upload for this backward
             if (size, stride, offset) == (weight.size(), weight.stride(), weight.storage_offset()):
@@ -76,14 +115,26 @@ class SavedTensors:
             return weight.detach().as_strided(size, stride, offset)
         if kind != "swap":
             return value
-        copies = self.back.result()
-        t, copies[value] = copies[value], None  # autograd holds it from here, and frees it after use
+        if value in self.lent:
+            t = self.given.pop(value)
+        else:
+            copies = self.back.result()
+            t, copies[value] = copies[value], None  # autograd holds it from here, and frees it after use
         self._lifetimes.track(t, new_storage=True, key=("prefetched", self.k, self.device_keys[value]))
         return t
 
     @property
     def nbytes(self) -> int:
         return sum(self.keys.values())
+
+    def _lent_keys(self) -> set:
+        return {self.device_keys[j] for j in self.lent}
+
+    def _back_bytes(self) -> int:
+        """Bytes this block's prefetch brings: its own less what the next block brings, plus what it borrowed."""
+        lent = self._lent_keys()
+        own = sum(n for key, n in self.keys.items() if key not in lent)
+        return own + sum(self.prev.keys[self.prev.device_keys[j]] for j in self.borrowed)
 
     def swap_out(self, link: EmulatedLink) -> Future:
         tensors = self.device
@@ -104,16 +155,23 @@ class SavedTensors:
 
     def prefetch(self, link: EmulatedLink, after: Future) -> None:
         owner = (self, "back")
+        lent = self._lent_keys()
 
         def start():
             after.result()
             for key, nbytes in self.keys.items():  # new storages: keys of their own
-                self.ledger.hold(("prefetched", self.k, key), nbytes, owner, f"prefetch of block {self.k}")
+                if key not in lent:
+                    self.ledger.hold(("prefetched", self.k, key), nbytes, owner, f"prefetch of block {self.k}")
+            for j in self.borrowed:  # held for the previous block, whose backward uses it last
+                key = self.prev.device_keys[j]
+                self.ledger.hold(("prefetched", self.prev.k, key), self.prev.keys[key], (self.prev, "back"),
+                                 f"prefetch of block {self.k}")
 
         def copy():
-            return [to_device(h, self.place) for h in self.host]
+            mine = [None if j in self.lent else to_device(h, self.place) for j, h in enumerate(self.host)]
+            return mine + [to_device(self.prev.host[j], self.place) for j in self.borrowed]
 
-        self.back = link.submit("h2d", self.nbytes, copy, "prefetch", self.k, on_start=start)
+        self.back = link.submit("h2d", self._back_bytes(), copy, "prefetch", self.k, on_start=start)
 
     def release(self) -> None:
         self.ledger.release_all(self)
