@@ -69,27 +69,39 @@ def geomean(values) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+#: Baselines left out of the "every baseline" mean: vDNN's offload-everything policies are 2-9x
+#: slower than the rest on every model and would inflate it (issue 12). They stay in the tables.
+EXCLUDED_FROM_MEAN = ("vdnn", "vdnn-all", "vdnn-conv")
+
+
 def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per model: KARMA vs the best baseline, plan/bound, and a note where no big win is possible."""
+    """Per model: KARMA against the strongest baseline that fits (named), plan / sound bound, which
+    baselines fit, and a geometric mean over the others without vDNN (EXCLUDED_FROM_MEAN)."""
     rows = []
     for model, df in table.groupby("model", sort=False):
         base = df[(df.strategy != "karma") & (df.status == "ok")]
         karma = df[df.strategy == "karma"].iloc[0]
         best = base.loc[base.time_s.idxmin()] if len(base) else None
+        speedup = (best.time_s / karma.time_s) if (best is not None and karma.time_s) else None
+        rest = base[~base.strategy.isin(EXCLUDED_FROM_MEAN)]
         note = ""
         if best is None:
             note = "every baseline is OOM: only KARMA's plan fits"
-        elif (base.strategy == "checkpoint").any():
-            note = "checkpointing fits: it costs about one extra forward, so no plan beats it by more than ~1.33x"
+        elif speedup is not None and speedup < 1 - 1e-9:
+            note = f"KARMA is {100 * (1 - speedup):.1f}% slower than {best.strategy}: its search misses that plan"
+        if karma.time_over_bound and karma.time_over_bound > 1.05:
+            note += ("; " if note else "") + f"plan / bound {karma.time_over_bound:.3f} > 1.05"
         rows.append({
             "model": model,
             "batch": karma.batch,
             "karma_s": karma.time_s,
-            "best_baseline": best.strategy if best is not None else "none fits",
-            "best_baseline_s": best.time_s if best is not None else None,
-            "speedup_over_best": (best.time_s / karma.time_s) if (best is not None and karma.time_s) else None,
-            "geomean_speedup_over_baselines": geomean(base.karma_speedup),
+            "strongest_baseline": best.strategy if best is not None else "none fits",
+            "strongest_baseline_s": best.time_s if best is not None else None,
+            "speedup_over_strongest": speedup,
+            "geomean_speedup_without_vdnn": geomean(rest.karma_speedup),
             "karma_over_bound": karma.time_over_bound,
+            "bound_s": karma.bound_s,
+            "baselines_fit": ", ".join(base.strategy),
             "baselines_oom": ", ".join(df[(df.strategy != "karma") & (df.status != "ok")].strategy),
             "karma_planning_s": karma.planning_s,
             "note": note,
@@ -99,12 +111,15 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def headline(table: pd.DataFrame, summ: pd.DataFrame) -> dict:
-    """The claims side by side with the paper's."""
-    pairs = table[(table.strategy != "karma") & table.karma_speedup.notna()].karma_speedup
+    """The claims side by side with the paper's: against the strongest baseline per model."""
+    rest = table[(table.strategy != "karma") & table.karma_speedup.notna()
+                 & ~table.strategy.isin(EXCLUDED_FROM_MEAN)].karma_speedup
+    over = summ[summ.karma_over_bound > 1.05]
     return {
-        "geomean_speedup_over_all_feasible_baselines": geomean(pairs),
-        "geomean_speedup_over_best_baseline": geomean(summ.speedup_over_best),
+        "geomean_speedup_over_strongest_baseline": geomean(summ.speedup_over_strongest),
+        "geomean_speedup_over_feasible_baselines_without_vdnn": geomean(rest),
         "paper_average_speedup": PAPER_SPEEDUP,
         "worst_karma_over_bound": summ.karma_over_bound.max(),
-        "models_where_karma_is_not_fastest": int((summ.speedup_over_best < 1 - 1e-9).sum()),
+        "models_over_bound_target": ", ".join(f"{r.model} ({r.karma_over_bound:.3f})" for r in over.itertuples()),
+        "models_where_karma_is_not_fastest": int((summ.speedup_over_strongest < 1 - 1e-9).sum()),
     }
