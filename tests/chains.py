@@ -153,22 +153,3 @@ def exhaustive_best(profile, hw, capacity):
         if result.feasible and (best is None or result.time < best):
             best, best_plan = result.time, plan
     return best, best_plan
-
-
-def brute_force(profile, hw, capacity, space):
-    """Fastest feasible time over every (labels, depth, weights) of `space` (one group per unit)."""
-    from karma.planner import to_plan, valid
-
-    n = len(profile.units)
-    groups = [(i, i + 1) for i in range(n)]
-    best = None
-    for labels in itertools.product(space.labels, repeat=n):
-        if not valid(labels):
-            continue
-        for depth in space.depths:
-            for weights in space.weights:
-                result = simulate(profile, to_plan(profile, groups, (labels, depth, weights)), hw, capacity,
-                                  record=False)
-                if result.feasible and (best is None or result.time < best):
-                    best = result.time
-    return best
