@@ -88,7 +88,7 @@ class Search:
                 yield atoms
         for i in range(len(blocks) - 1):
             (a, m, k1), (_, b, k2) = blocks[i], blocks[i + 1]
-            for d in {-2, -1, 1, 2, (a - m) // 2, (b - m) // 2}:  # and halfway: cuts travel far on a long chain
+            for d in sorted({-2, -1, 1, 2, (a - m) // 2, (b - m) // 2}):  # and halfway: cuts travel far on a long chain
                 if a < m + d < b:
                     yield blocks[:i] + ((a, m + d, k1), (m + d, b, k2)) + blocks[i + 2:]
         for i, (a, b, k) in enumerate(blocks):
@@ -106,7 +106,7 @@ class Search:
                         yield blocks[:i] + ((a, p, k), (p, b, other)) + blocks[i + 1:]
         for i in range(len(blocks) - 1):
             (a, m, k1), (_, b, k2) = blocks[i], blocks[i + 1]
-            for kind in {k1, k2}:
+            for kind in dict.fromkeys((k1, k2)):  # in order: a set's order changes between runs
                 yield blocks[:i] + ((a, b, kind),) + blocks[i + 2:]
 
     def neighbours(self, state: State):
@@ -141,8 +141,10 @@ class Search:
         long chain a full neighbourhood is hundreds of slow simulations."""
         best = state
         while budget is None or len(self.cache) < budget:
-            if self.first:
-                move = next((m for m in self.neighbours(best) if self.cost(m) < self.cost(best) - 1e-12), None)
+            if self.first:  # the budget also bounds the scan of one neighbourhood
+                move = next((m for m in self.neighbours(best)
+                             if (budget is None or len(self.cache) < budget)
+                             and self.cost(m) < self.cost(best) - 1e-12), None)
                 if move is None:
                     break
                 best = move

@@ -17,6 +17,12 @@ weight layouts), coarse to fine:
    moves bounded to the neighbourhood of the block edges, until one group is
    one unit. The merged chain's memory is conservative, so the fine levels
    also win back what coarsening cost.
+4. Polish at one group per unit: the exact recompute-only plans of least
+   recompute time (karma/recompute_dp.py, a dynamic program over the chain,
+   under the resident and the streamed layouts' memory) are simulated and
+   descended from too; the fastest plan found wins. A coarse recompute group
+   is one long segment, far more memory-hungry than the unit-level segments
+   of the same recompute time, so the coarse levels alone place recompute badly.
 
 The budgets count simulated units, not plans, so that a step costs the same
 time at every level. Every plan comes from this search; no other strategy's
@@ -33,13 +39,17 @@ from karma.errors import KarmaError
 from karma.hardware import Hardware
 from karma.plan import Plan
 from karma.plan_search import INFEASIBLE, Search
-from karma.plan_space import Space, State, refine_state, seeds, to_plan
+from karma.plan_space import LAYOUTS, Space, State, refine_state, seeds, to_plan
 from karma.profile import Profile
+from karma.recompute_dp import Chain, solve
 from karma.simulate import simulate
 
-#: Units simulated by the coarse search and by all refinement levels together (about 7 us each).
+#: Units simulated by the coarse search and by each refinement level (about 7 us each).
 COARSE_WORK = 300_000
-FINE_WORK = 200_000
+FINE_WORK = 100_000
+#: Units simulated by the descents from the exact recompute-only seeds, and tries per layout.
+SEED_WORK = 50_000
+SEED_TRIES = 4
 #: At most this many plans in the coarse search, and kicks without improvement before it stops.
 COARSE_PLANS = 20_000
 PATIENCE = 40
@@ -67,6 +77,44 @@ def coarse_search(profile: Profile, hw: Hardware, capacity: float, space: Space,
     return search.iterate(best, budget, seed, patience), search
 
 
+def exact_seeds(search: Search, profile: Profile, capacity: float, space: Space) -> list[State]:
+    """Per weight layout, the recompute-only plan of least recompute time that fits (karma/recompute_dp.py),
+    its budget lowered by the simulated excess until it fits (`SEED_TRIES` tries)."""
+    if not {"K", "R"} <= set(space.kinds):
+        return []
+    units, out = profile.units, []
+    # host-optimizer's chain is streamed's with less memory: the descent reaches it by a layout move
+    for layout in [w for w in space.layouts if w != "host-optimizer" or "streamed" not in space.layouts]:
+        weights, optimizer = LAYOUTS[layout]
+        static = sum(u.buffer_bytes for u in units)
+        if weights != "streamed":
+            static += sum(u.param_bytes + (u.optimizer_bytes if optimizer == "device" else 0) for u in units)
+        chain = Chain(profile, host_gradients=layout != "resident")
+        budget = capacity - static
+        for _ in range(SEED_TRIES):
+            blocks = solve(chain, budget)
+            if blocks is None:
+                break
+            state = (tuple(blocks), min(space.depths), layout)
+            if search.cost(state) < INFEASIBLE:
+                out.append(state)
+                break
+            budget -= search.peaks[state] - capacity
+    return out
+
+
+def polish(state: State, search: Search, profile: Profile, capacity: float, space: Space, budget: int) -> State:
+    """At one group per unit: descend from the exact recompute-only seeds too, keep the fastest."""
+    if len(search.profile.units) != len(profile.units):
+        return state
+    best = state
+    for seed_state in sorted(exact_seeds(search, profile, capacity, space), key=search.cost)[:2]:
+        found = search.descend(seed_state, budget)
+        if search.cost(found) < search.cost(best):
+            best = found
+    return best
+
+
 def plan(profile: Profile, hw: Hardware, capacity: float, space: Space | None = None, groups: int = 24,
          work: float = 1.0, seed: int = 0) -> Plan:
     """KARMA's plan for `profile` on `hw` under `capacity` bytes (see the module docstring);
@@ -88,6 +136,7 @@ def plan(profile: Profile, hw: Hardware, capacity: float, space: Space | None = 
         state = search.descend(state, budget)
         evaluations.append(len(search.cache))
         frugal = min(frugal, search.frugal())
+    state = polish(state, search, profile, capacity, space, budget=len(search.cache) + int(work * SEED_WORK / n))
     best = to_plan(profile, cuts, state)
     result = simulate(profile, best, hw, capacity, record=False)
     if not result.feasible or search.cost(state) >= INFEASIBLE:

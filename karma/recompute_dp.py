@@ -1,0 +1,143 @@
+"""Exact recompute-only sub-plans for KARMA's planner, by dynamic programming over the chain.
+
+KARMA's concurrency analysis says that when the link cannot hide a block's
+copy, the block is recomputed; the cheapest set of recompute segments under a
+memory budget is then a shortest-path problem over segment boundaries, solved
+exactly here rather than searched. The planner uses its answer, under each
+weight layout's memory left after the static bytes, as one more seed of its
+unit-level search (karma/planner.py), which then moves block edges, trades
+recompute for swaps and picks depth and layout by simulation.
+
+Plans: a tiling of the units into kept units and recompute segments (the
+checkpoint on the device), nothing swapped. State of the program at a boundary:
+whether the block before is kept (a kept neighbour shares its boundary tensor
+with the next block, as karma/simulate.py counts it) and the bytes retained for
+the backward so far. Every block's peak is that retained total plus a term of
+the block alone (its forward; its recompute with the gradients of later
+units; its backward), karma/simulate.py's memory model for this subspace with
+resident weights. Memory is bucketed (`BUCKETS` per budget): per boundary only
+the cheapest state per bucket that no cheaper, smaller state beats is kept.
+The memory model of other layouts differs (gradients leave the device,
+streamed weights come and go), so the planner simulates the result and, if it
+is over capacity, solves again with the budget lowered by the excess.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from karma.profile import GradientBytes, Profile, backward_transient
+
+BUCKETS = 250
+
+
+class Chain:
+    """Per-unit memory terms of karma/simulate.py for recompute-only plans."""
+
+    def __init__(self, profile: Profile, host_gradients: bool = False):
+        units = profile.units
+        n = self.n = len(units)
+        self.units = units
+        self.fwd = [u.forward_time for u in units]
+        self.saved = [float(u.saved_bytes) for u in units]
+        self.shared = [float(profile.shared_boundary_bytes(i)) for i in range(n)]  # between i and i+1
+        self.ws = [float(u.workspace_bytes) for u in units]
+        self.trans = [float(backward_transient(units, i)) for i in range(n)]
+        grads = [0.0] * n
+        made = GradientBytes()
+        for i in range(n - 1, -1, -1):
+            grads[i] = float(made(units[i]))
+        if host_gradients:  # gradients leave after each block's backward: only the largest one waits
+            self.gsuf = np.full(n + 1, max(grads, default=0.0))
+        else:
+            self.gsuf = np.concatenate([np.cumsum(grads[::-1])[::-1], [0.0]])
+
+    def keep(self, i: int, prev_keep: bool) -> tuple[float, float]:
+        """(peak term, retained bytes) of unit i kept."""
+        own = self.saved[i] - (self.shared[i - 1] if prev_keep and i else 0.0)
+        return own + max(self.ws[i], self.trans[i] + self.gsuf[i]), own
+
+    def segments(self, a: int, prev_keep: bool, budget: float):
+        """(b, peak term, retained bytes, recompute time) of segment [a, b) for growing b, while it can fit."""
+        u = self.units
+        ckpt = float(u[a].input_bytes) - (self.shared[a - 1] if prev_keep and a else 0.0)
+        cum, fwd_peak, rec_peak, bwd_peak, time = 0.0, 0.0, 0.0, 0.0, 0.0
+        for j in range(a, self.n):
+            own = self.saved[j] - (min(u[j].saved_input_bytes, u[j].input_bytes) if j == a else self.shared[j - 1])
+            last_ws = self.ws[j]
+            if j < self.n - 1 and not u[j].saved_output_bytes:  # checkpoint's early stop
+                last_ws = max(last_ws - u[j].output_bytes, 0.0)
+            before = cum
+            cum += own
+            time += self.fwd[j]
+            fwd_peak = max(fwd_peak, own + self.ws[j])
+            bwd_peak = max(bwd_peak, cum + self.trans[j] + self.gsuf[j])
+            b = j + 1
+            waiting = float(u[j].output_bytes) if b < self.n else 0.0
+            recompute = max(rec_peak, before + own + last_ws) + waiting + self.gsuf[b]
+            yield b, ckpt + max(fwd_peak, recompute, bwd_peak), ckpt, time
+            rec_peak = max(rec_peak, before + own + self.ws[j])
+            if ckpt + cum > budget:
+                return
+
+
+def _front(parts, width: float):
+    """Merge the candidate parts (prefixes of earlier fronts, shifted by (bytes, seconds)):
+    the cheapest per memory bucket, then only those no cheaper-and-smaller state beats."""
+    counts = [p[3] for p in parts]
+    retained = np.concatenate([p[0][:p[3]] for p in parts]) + np.repeat([p[4] for p in parts], counts)
+    cost = np.concatenate([p[1][:p[3]] for p in parts]) + np.repeat([p[5] for p in parts], counts)
+    parent = np.concatenate([p[2][:p[3]] for p in parts])
+    bucket = np.floor(retained / width)
+    order = np.lexsort((cost, bucket))
+    first = np.ones(len(order), bool)
+    first[1:] = bucket[order][1:] != bucket[order][:-1]
+    order = order[first]
+    running = np.minimum.accumulate(cost[order])
+    better = np.ones(len(order), bool)
+    better[1:] = cost[order][1:] < running[:-1]
+    order = order[better]
+    return retained[order], cost[order], parent[order]  # retained ascending, one state per bucket
+
+
+def solve(chain: Chain, budget: float) -> list[tuple[int, int, str]] | None:
+    """Blocks (start, stop, 'K' or 'R') of least recompute time whose modelled peak fits `budget`
+    bytes (the device memory less the layout's static bytes), or None."""
+    n = chain.n
+    if budget <= 0:
+        return None
+    width = budget / BUCKETS
+    pending = [[[], []] for _ in range(n + 1)]
+    fronts = [[None, None] for _ in range(n + 1)]
+    parents = []
+    pending[0][0].append((np.zeros(1), np.zeros(1), np.array([-1]), 1, 0.0, 0.0))
+    for a in range(n + 1):
+        for flag in (0, 1):
+            if not pending[a][flag]:
+                continue
+            retained, cost, _ = fronts[a][flag] = _front(pending[a][flag], width)
+            pending[a][flag] = None
+            if a == n:
+                continue
+            base = len(parents)
+            parents.extend((a, flag, k) for k in range(len(retained)))
+            index = np.arange(base, base + len(retained))
+            # retained is ascending: the states that fit a block are a prefix
+            peak, kept = chain.keep(a, bool(flag))
+            count = int(np.searchsorted(retained, budget - peak, side="right"))
+            if count:
+                pending[a + 1][1].append((retained, cost, index, count, kept, 0.0))
+            for b, peak, ckpt, time in chain.segments(a, bool(flag), budget):
+                count = int(np.searchsorted(retained, budget - peak, side="right"))
+                if count:
+                    pending[b][0].append((retained, cost, index, count, ckpt, time))
+    ends = [(f[1].min(), flag, int(f[1].argmin())) for flag, f in enumerate(fronts[n]) if f is not None]
+    if not ends:
+        return None
+    _, flag, k = min(ends)
+    blocks, pos = [], n
+    while pos > 0:
+        a, prev_flag, prev_k = parents[fronts[pos][flag][2][k]]
+        blocks += [(a, pos, "R")] if not flag else [(i, i + 1, "K") for i in range(pos - 1, a - 1, -1)]
+        pos, flag, k = a, prev_flag, prev_k
+    return blocks[::-1]
