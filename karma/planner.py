@@ -46,7 +46,7 @@ from karma.simulate import simulate
 
 #: Units simulated by the coarse search and by each refinement level (about 7 us each).
 COARSE_WORK = 300_000
-FINE_WORK = 100_000
+FINE_WORK = 50_000
 #: Units simulated by the descents from the exact recompute-only seeds, and tries per layout.
 SEED_WORK = 50_000
 SEED_TRIES = 4
@@ -121,8 +121,10 @@ def plan(profile: Profile, hw: Hardware, capacity: float, space: Space | None = 
     `work` scales the search budgets (10: a long search, for comparison), `seed` the kicks."""
     space = space or Space()
     cuts = balanced_groups(profile, groups)
+    # a chain much longer than the groups spends more on its refinement levels and its polish
+    coarse_work = COARSE_WORK * min(1.0, 4 * groups / len(profile.units))
     state, search = coarse_search(coarsen(profile, cuts), hw, capacity, space,
-                                  budget=int(work * min(COARSE_WORK / len(cuts), COARSE_PLANS)), seed=seed,
+                                  budget=int(work * min(coarse_work / len(cuts), COARSE_PLANS)), seed=seed,
                                   patience=int(work * PATIENCE))
     evaluations = [len(search.cache)]
     frugal = search.frugal()
