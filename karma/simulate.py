@@ -39,9 +39,10 @@ block's copy (freed once that copy and the later block's forward are over),
 back with the later block's prefetch (which runs first in the backward), and
 held until the earlier block's backward. Elsewhere it is counted in both
 (conservative by at most one boundary activation per block boundary).
-The forward of block b waits for the swap-outs of blocks up to
-b-depth (depth 1: the previous block's copy must be done, vDNN's per-layer
-synchronisation; deeper: more copies in flight), and the prefetches of block
+The forward of block b waits for the copies to the host (swap-outs and
+checkpoint offloads, as the runtime does) of blocks up to b-depth (depth 1:
+the previous block's copy must be done, vDNN's per-layer synchronisation;
+deeper: more copies in flight), and the prefetches of block
 b are issued when the backward of block b+depth starts.
 """
 
@@ -211,8 +212,8 @@ def _forward(it: _Iteration) -> None:
             weights_up_end[k] = it.upload(k, 0.0)
     for k, b in enumerate(blocks):
         ready = t
-        if k - depth >= 0:
-            ready = max(ready, max(it.swap_out_end[: k - depth + 1]))
+        if k - depth >= 0:  # copies to the host (swapped blocks, host checkpoints) `depth` blocks back are done
+            ready = max(ready, max(it.swap_out_end[: k - depth + 1]), max(it.ckpt_out_end[: k - depth + 1]))
         if it.streamed:
             ready = max(ready, weights_up_end[k])
         if b.policy == "recompute":
