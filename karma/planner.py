@@ -41,7 +41,7 @@ from karma.plan import Plan
 from karma.plan_search import INFEASIBLE, Search
 from karma.plan_space import LAYOUTS, Space, State, refine_state, seeds, to_plan
 from karma.profile import Profile
-from karma.recompute_dp import Chain, solve
+from karma.recompute_dp import BUCKETS, Chain, solve
 from karma.simulate import simulate
 
 #: Units simulated by the coarse search and by each refinement level (about 7 us each).
@@ -99,7 +99,7 @@ def exact_seeds(search: Search, profile: Profile, capacity: float, space: Space)
             if search.cost(state) < INFEASIBLE:
                 out.append(state)
                 break
-            budget -= search.peaks[state] - capacity
+            budget -= max(search.peaks[state] - capacity, budget / BUCKETS)  # over for another reason: step down
     return out
 
 
