@@ -172,3 +172,23 @@ def test_a_merged_group_keeps_its_largest_backward_transient(case, data):
     merged = merge(profile, start, stop)
     groups = list(profile.units[:start]) + [merged] + list(profile.units[stop:])
     assert backward_transient(groups, start) == max(backward_transient(profile.units, i) for i in range(start, stop))
+
+
+@SETTINGS
+@given(chains(min_units=1, max_units=8))
+def test_exact_recompute_seeds_tile_the_chain_and_fit(case):
+    """karma/recompute_dp.py: its blocks tile the units, and each seed the planner keeps fits."""
+    from karma.plan_search import INFEASIBLE, Search
+    from karma.plan_space import Space
+    from karma.planner import exact_seeds
+    from karma.recompute_dp import Chain, solve
+
+    profile, hw, capacity = case
+    n = len(profile.units)
+    blocks = solve(Chain(profile), 1e18)
+    # everything fits: nothing worth recomputing
+    assert sum(profile.units[i].forward_time for a, b, k in blocks if k == "R" for i in range(a, b)) == 0
+    search = Search(profile, hw, capacity, Space())
+    for state in exact_seeds(search, profile, capacity, Space()):
+        assert [a for a, _, _ in state[0]] == [0] + [b for _, b, _ in state[0][:-1]] and state[0][-1][1] == n
+        assert search.cost(state) < INFEASIBLE
