@@ -1,7 +1,8 @@
 """Hardware: one machine as plain data, loaded from a YAML preset.
 
 The performance model (DESIGN.md, Simulator) needs only rates and capacities:
-device memory, sustained compute rate, device memory bandwidth, host<->device
+device memory, sustained compute rate (FP32, and optionally the tensor-core rate of
+fp16 and bf16 GEMMs), device memory bandwidth, host<->device
 bandwidth per direction, the host's optimizer-update rate, and the network.
 Presets live in karma/presets/*.yaml with the source of every figure in a
 comment; users pass their own file by path. Units in the file are the ones
@@ -38,6 +39,12 @@ FIELDS = {
 }
 OPTIONAL = {"link_duplex": "full", "description": ""}
 INTEGERS = {"gpus_per_node"}
+#: optional: the sustained tensor-core rate of 16-bit GEMMs and convolutions, per precision
+#: (absent: 16-bit matrix work runs at the FP32 rate, as on a GPU without such units)
+TENSOR_FIELDS = {
+    "tensor_tflops_fp16": ("flops_fp16", 1e12),
+    "tensor_tflops_bf16": ("flops_bf16", 1e12),
+}
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,14 @@ class Hardware:
     inter_node_latency: float
     link_duplex: str = "full"
     description: str = ""
+    flops_fp16: float = 0.0
+    flops_bf16: float = 0.0
+
+    def matmul_flops(self, dtype: str) -> float:
+        """Sustained rate of GEMMs and convolutions computing in `dtype` ('float32', 'float16',
+        'bfloat16'): the tensor-core rate of that precision where the preset gives one."""
+        rate = {"float16": self.flops_fp16, "bfloat16": self.flops_bf16}.get(dtype, 0.0)
+        return rate or self.flops
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -82,7 +97,7 @@ def parse(data, name: str, where: str) -> Hardware:
     """Validate a mapping read from a preset file; one-line error naming the field."""
     if not isinstance(data, dict):
         raise KarmaError(f"{where}: expected a mapping of fields, got {type(data).__name__}")
-    unknown = set(data) - set(FIELDS) - set(OPTIONAL) - {"name"}
+    unknown = set(data) - set(FIELDS) - set(TENSOR_FIELDS) - set(OPTIONAL) - {"name"}
     if unknown:
         raise KarmaError(f"{where}: unknown field '{sorted(unknown)[0]}'; valid: {', '.join(sorted(FIELDS))}")
     values = {}
@@ -91,6 +106,9 @@ def parse(data, name: str, where: str) -> Hardware:
             if key not in data:
                 raise KarmaError(f"missing field '{key}'")
             values[attr] = number(data[key], key, positive=True, integer=key in INTEGERS) * factor
+        for key, (attr, factor) in TENSOR_FIELDS.items():
+            if key in data:
+                values[attr] = number(data[key], key, positive=True) * factor
         for key in ("name", "description"):
             if key in data:
                 text(data[key], key)
@@ -118,9 +136,10 @@ def load(name_or_path: str | Path) -> Hardware:
     return parse(data, path.stem, str(path))
 
 
-def figure_sources(name_or_path: str | Path) -> list[dict]:
+def figure_sources(name_or_path: str | Path, tensor_cores: bool = False) -> list[dict]:
     """Every figure of a preset with the comment above it (or beside it): where the number comes
-    from, as the file says it (datasheet, measurement, or 'estimate')."""
+    from, as the file says it (datasheet, measurement, or 'estimate'); the required fields, and
+    with `tensor_cores` the tensor-core rates per precision too."""
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
         path = PRESET_DIR / f"{name_or_path}.yaml"
@@ -131,7 +150,7 @@ def figure_sources(name_or_path: str | Path) -> list[dict]:
             comments.append(stripped.lstrip("# "))
             continue
         key, sep, rest = stripped.partition(":")
-        if sep and key in FIELDS:
+        if sep and (key in FIELDS or (tensor_cores and key in TENSOR_FIELDS)):
             value, _, beside = rest.partition("#")
             source = " ".join(comments + ([beside.strip()] if beside.strip() else []))
             if not source and rows:  # a figure right under another shares its comment

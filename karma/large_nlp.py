@@ -24,7 +24,8 @@ import pandas as pd
 from karma.hardware import Hardware
 from karma.model_parallel import best_layout
 from karma.plan import Plan
-from karma.profile import OPTIMIZER_STATE_FACTOR, Profile
+from karma.precision import precision_of
+from karma.profile import Profile
 from karma.simulate import simulate
 
 KARMA = "karma data parallel (out-of-core)"
@@ -38,9 +39,10 @@ def flops_per_sequence(profile: Profile) -> float:
 
 
 def host_bytes_per_node(profile: Profile) -> float:
-    """KARMA's host memory: fp32 master weights, gradients and optimizer state, one copy per node
-    (the node's GPUs hold the same weights after each all-reduce)."""
-    return profile.param_bytes() * (2 + OPTIMIZER_STATE_FACTOR[profile.optimizer])
+    """KARMA's host memory: the weights as uploaded and their gradients (16-bit in mixed precision),
+    plus the optimizer's bytes (fp32 state, and fp32 masters of 16-bit weights), one copy per node
+    (the node's GPUs hold the same weights after each all-reduce). In fp32: (2 + k) x the weights."""
+    return 2 * profile.param_bytes() + sum(u.optimizer_bytes for u in profile.units)
 
 
 def plan_summary(plan: Plan) -> str:
@@ -53,16 +55,18 @@ def plan_summary(plan: Plan) -> str:
 def compare(profile: Profile, karma: Plan, hw: Hardware, nodes: list[int], progress=None) -> pd.DataFrame:
     """One row per (node count, strategy); infeasible rows keep their reason in `status`."""
     per_seq = flops_per_sequence(profile)
-    source = f"simulated on {hw.name} (analytic profile; figures: karma/presets/{hw.name}.yaml)"
+    precision = precision_of(profile.dtype)  # Megatron runs in the precision KARMA's profile was made in
+    source = f"simulated on {hw.name} in {precision} (analytic profile; figures: karma/presets/{hw.name}.yaml)"
     rows = []
     for n in nodes:
         gpus = n * hw.gpus_per_node
         global_batch = gpus * profile.batch
-        base = {"model": profile.model, "hardware": hw.name, "nodes": n, "gpus": gpus, "global_batch": global_batch}
+        base = {"model": profile.model, "hardware": hw.name, "precision": precision, "nodes": n, "gpus": gpus,
+                "global_batch": global_batch}
         sim = simulate(profile, karma, hw, gpus=gpus, order="pipelined", record=False)
         cases = [(KARMA, sim.time, sim.peak_bytes, plan_summary(karma), sim.reason)]
         for label, zero in ((MEGATRON, False), (ZERO, True)):
-            best, why = best_layout(profile.model, hw, gpus, global_batch, zero)
+            best, why = best_layout(profile.model, hw, gpus, global_batch, zero, precision=precision)
             cases.append((label, best.time if best else None, best.peak_bytes if best else None,
                           best.layout.label() if best else "", why or None))
         for label, time, peak, layout, reason in cases:

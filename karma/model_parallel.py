@@ -10,7 +10,7 @@ One rank of it is simulated with the same event simulator as the out-of-core pla
   dropout replicated -- Megatron-LM Sec. 3);
 * tensor-parallel communication: Megatron's f/g all-reduces are synchronous on the
   critical path, so their time is added to the unit that issues them: per layer two
-  all-reduces of a (micro_batch, seq, hidden) fp32 tensor in the forward (and again in
+  all-reduces of a (micro_batch, seq, hidden) tensor (fp32, or 16-bit in mixed precision) in the forward (and again in
   a recompute) and two in the backward; with the embedding split over the vocabulary
   (``vocab_parallel``, as Megatron) one more in the embedding's forward, one in the
   head's backward and three of (micro_batch, seq) floats for the parallel
@@ -52,13 +52,15 @@ class Layout:
     recompute: bool = False
     zero: bool = False
     vocab_parallel: bool = True
+    precision: str = "fp32"  # or mixed precision 'fp16' / 'bf16' (Megatron-LM 2019 trained in fp16)
 
     @property
     def gpus(self) -> int:
         return self.tp * self.dp
 
     def label(self) -> str:
-        extras = [x for x, on in (("recompute", self.recompute), ("ZeRO-1", self.zero)) if on]
+        extras = [x for x, on in (("recompute", self.recompute), ("ZeRO-1", self.zero),
+                                  (self.precision, self.precision != "fp32")) if on]
         accumulate = f"x{self.accumulation}" if self.accumulation > 1 else ""
         return f"tp={self.tp} dp={self.dp} mb={self.micro_batch}{accumulate}" + "".join(f" +{x}" for x in extras)
 
@@ -107,16 +109,21 @@ def dp_view(hw: Hardware, tp: int) -> Hardware:
 
 
 @lru_cache(maxsize=64)
-def shard_profile(model: str, size: str, batch: int, tp: int, hw: Hardware, vocab_parallel: bool) -> Profile:
-    """Analytic profile (compute and memory only) of rank 0's shard chain at `batch`."""
+def shard_profile(model: str, size: str, batch: int, tp: int, hw: Hardware, vocab_parallel: bool,
+                  precision: str = "fp32") -> Profile:
+    """Analytic profile (compute and memory only) of rank 0's shard chain at `batch`, in `precision`
+    (mixed precision: 16-bit weights, activations and all-reduces, fp32 masters; karma/precision.py)."""
+    from karma.precision import to_precision
     from karma.profile_analytic import analytic_profile
     from karma.tensor_parallel import shard_chain
     from models.registry import build, spec
 
     vocab = spec(model).sizes[size]["vocab"]
     overrides = {"vocab": math.ceil(vocab / tp)} if vocab_parallel and tp > 1 else None
-    chain = build(model, size, batch, device="meta", overrides=overrides)
-    return analytic_profile(shard_chain(chain, 0, tp, None), hw)
+    chain = build(model, size, batch, device="meta", overrides=overrides, precision=precision)
+    shard = shard_chain(chain, 0, tp, None)
+    to_precision(shard.units, precision)
+    return analytic_profile(shard, hw)
 
 
 def with_tp_comm(profile: Profile, tp: int, allreduce, vocab_parallel: bool, hidden: int) -> tuple[Profile, float]:
@@ -150,7 +157,7 @@ def simulate_layout(model: str, layout: Layout, hw: Hardware, size: str = "paper
     check_placement(layout.tp, hw)
     from models.registry import spec
 
-    profile = shard_profile(model, size, layout.micro_batch, layout.tp, hw, layout.vocab_parallel)
+    profile = shard_profile(model, size, layout.micro_batch, layout.tp, hw, layout.vocab_parallel, layout.precision)
     return simulate_shard(profile, layout, lambda n: tp_allreduce_time(n, layout.tp, hw), dp_view(hw, layout.tp),
                           spec(model).sizes[size]["hidden"])
 
@@ -174,7 +181,8 @@ def simulate_shard(profile: Profile, layout: Layout, allreduce, dp_hw: Hardware,
     # Gradient accumulation: passes-1 more forward+backward passes without all-reduce or optimizer
     # step; the gradient buffer now lives through their forwards too.
     alone = simulate(timed, plan, dp_hw, gpus=1, host_updates=False, optimizer_shards=shards, record=False)
-    step = optimizer_traffic_bytes(timed.param_bytes(), timed.optimizer) / shards / dp_hw.memory_bw
+    state = sum(u.optimizer_bytes for u in timed.units) * shards  # all of it, for the masters' size
+    step = optimizer_traffic_bytes(timed.param_bytes(), timed.optimizer, state) / shards / dp_hw.memory_bw
     peak = sim.peak_bytes + timed.param_bytes()
     reason = sim.reason or (None if peak <= dp_hw.device_memory else
                             f"needs {peak / 1e9:.3f} GB with the accumulated gradients, "
@@ -201,7 +209,7 @@ def divisors(n: int) -> list[int]:
 
 
 def best_layout(model: str, hw: Hardware, gpus: int, global_batch: int, zero: bool,
-                size: str = "paper") -> tuple[LayoutResult | None, str]:
+                size: str = "paper", precision: str = "fp32") -> tuple[LayoutResult | None, str]:
     """The fastest feasible layout on `gpus` GPUs at `global_batch`: every allowed tp degree, every
     micro-batch dividing the replica's batch (the rest by gradient accumulation), with and without
     activation checkpointing; None and the reason when none fits."""
@@ -213,7 +221,7 @@ def best_layout(model: str, hw: Hardware, gpus: int, global_batch: int, zero: bo
         replica = global_batch // dp
         for micro in divisors(replica):
             for recompute in (False, True):
-                layout = Layout(tp, dp, micro, replica // micro, recompute, zero)
+                layout = Layout(tp, dp, micro, replica // micro, recompute, zero, precision=precision)
                 r = simulate_layout(model, layout, hw, size)
                 if r.time is not None and (best is None or r.time < best.time):
                     best = r

@@ -5,7 +5,9 @@ Each aten operator of a unit's forward and backward costs (Williams et al.,
 
     t_op = kernel_launch + max(flops / sustained_flops, bytes_moved / memory_bw)
 
-so convolutions and GEMMs are compute bound and BatchNorm, ReLU, softmax and
+with FLOPs at the rate of the precision they run in (the tensor-core rate of 16-bit
+GEMMs and convolutions) and bytes as moved (2 per 16-bit element), so
+convolutions and GEMMs are compute bound and BatchNorm, ReLU, softmax and
 LayerNorm (0 FLOPs in the flop counter, FACTS.md) are memory bound. Nothing
 is allocated, so every model of the zoo, Turing-NLG 17B included, profiles
 at paper size in seconds.
@@ -23,11 +25,16 @@ from models.chain import ChainModel
 
 
 def roofline_time(ops: list[OpCost], hw: Hardware) -> float:
-    return sum(hw.kernel_launch + max(op.flops / hw.flops, op.bytes / hw.memory_bw) for op in ops)
+    """Launch + max(compute, traffic) per op; FLOPs (GEMMs and convolutions: the flop counter's
+    only ops) at the rate of the type they compute in (tensor cores for 16-bit, Hardware.matmul_flops),
+    bytes as moved (2 per element of a 16-bit tensor)."""
+    return sum(hw.kernel_launch + max(op.flops / hw.matmul_flops(op.dtype) if op.flops else 0.0,
+                                      op.bytes / hw.memory_bw) for op in ops)
 
 
 def analytic_profile(model: ChainModel, hw: Hardware, progress=None) -> Profile:
-    """Profile `model` (built on the meta device) for `hw`."""
+    """Profile `model` (built on the meta device) for `hw`, in the model's precision: mixed precision
+    is traced under CUDA's autocast rules (karma.precision.MetaAutocast)."""
     if next(model.units.parameters()).device.type != "meta":
         raise ValueError("analytic_profile expects a model built on the meta device")
 

@@ -13,7 +13,8 @@ from dataclasses import replace
 
 import torch
 
-from karma.profile import OPTIMIZER_STATE_FACTOR, Profile, UnitProfile
+from karma.precision import PROFILE_DTYPE, optimizer_bytes
+from karma.profile import Profile, UnitProfile
 from karma.unit_trace import UnitTrace, next_input, trace_unit, unit_signature
 from models.chain import ChainModel
 
@@ -21,18 +22,21 @@ from models.chain import ChainModel
 Timer = Callable[[torch.nn.Module, torch.Tensor, Callable | None, object, UnitTrace], tuple[float, float]]
 
 
-def weight_bytes(unit: torch.nn.Module, seen: set[int]) -> tuple[int, int, int]:
+def weight_bytes(unit: torch.nn.Module, seen: set[int], optimizer: str = "sgd") -> tuple[int, int, int, int]:
     """(parameter bytes not already owned by an earlier unit, buffer bytes, bytes of the
-    parameters it uses that an earlier unit owns: tied weights)."""
+    parameters it uses that an earlier unit owns: tied weights, and the optimizer's bytes for the
+    owned ones: its fp32 state, plus fp32 masters of 16-bit weights, karma.precision)."""
     params = tied = 0
+    owned = []
     for p in unit.parameters():
         if id(p) not in seen:
             seen.add(id(p))
             params += p.numel() * p.element_size()
+            owned.append(p)
         else:
             tied += p.numel() * p.element_size()
     buffers = sum(b.numel() * b.element_size() for b in unit.buffers())
-    return params, buffers, tied
+    return params, buffers, tied, optimizer_bytes(owned, optimizer)
 
 
 def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source: str, label: str,
@@ -51,10 +55,10 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
         loss, target = (model.loss, y) if last else (None, None)
         key = unit_signature(unit, x, last)
         if key not in cache:
-            trace = trace_unit(unit, x, loss, target)
+            trace = trace_unit(unit, x, loss, target, model.precision)
             cache[key] = (trace, *timer(unit, x, loss, target, trace))
         trace, t_fwd, t_bwd = cache[key]
-        params, buffers, tied = weight_bytes(unit, seen)
+        params, buffers, tied, state = weight_bytes(unit, seen, model.optimizer)
         for p in unit.parameters():
             j = owner.setdefault(id(p), i)
             if j != i:
@@ -74,7 +78,7 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
             output_bytes=trace.output_bytes,
             param_bytes=params,
             buffer_bytes=buffers,
-            optimizer_bytes=OPTIMIZER_STATE_FACTOR[model.optimizer] * params,
+            optimizer_bytes=state,
             workspace_bytes=trace.workspace_bytes,
             backward_workspace_bytes=trace.backward_workspace_bytes,
             tied_param_bytes=tied,
@@ -86,4 +90,5 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
         p.grad = None
     units = [replace(u, shared_param_bytes=shared[i]) for i, u in enumerate(units)]
     return Profile(model=model.name, size=model.size, batch=model.batch, source=source, device=label,
-                   optimizer=model.optimizer, units=tuple(units), note=note)
+                   optimizer=model.optimizer, units=tuple(units), note=note,
+                   dtype=PROFILE_DTYPE[model.precision])

@@ -32,8 +32,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: int) -> tuple[float, float]:
-    """Median forward and backward seconds of one unit."""
+def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: int,
+              precision: str = "fp32") -> tuple[float, float]:
+    """Median forward and backward seconds of one unit (the forward under autocast in mixed precision)."""
     fwd, bwd = [], []
     for r in range(warmup + reps):
         for p in unit.parameters():
@@ -41,7 +42,7 @@ def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: in
         x.grad = None
         _sync(device)
         t0 = time.perf_counter()
-        result = run_forward(unit, x, loss, target)
+        result = run_forward(unit, x, loss, target, precision)
         _sync(device)
         t1 = time.perf_counter()
         run_backward(result, output_gradient(result))
@@ -54,13 +55,14 @@ def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: in
 
 
 def measured_profile(model: ChainModel, reps: int = 5, warmup: int = 1, progress=None) -> Profile:
-    """Profile `model` (built on a real device) by running it there."""
+    """Profile `model` (built on a real device) by running it there, in the model's precision
+    (real torch.autocast: bf16 works on a CPU, fp16 wants CUDA)."""
     if reps < 1 or warmup < 0:
         raise ValueError("reps must be >= 1 and warmup >= 0")
     device = next(model.units.parameters()).device
 
     def timer(unit, x, loss, target, _trace):
-        return time_unit(unit, x, loss, target, device, reps, warmup)
+        return time_unit(unit, x, loss, target, device, reps, warmup, model.precision)
 
     return profile_chain(model, device, timer, "measured", device_label(device),
                          f"median of {reps} runs after {warmup} warm-up, per distinct unit", progress)

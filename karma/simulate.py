@@ -12,7 +12,12 @@ host update rate for the host optimizer.
 Device memory is accounted at operation boundaries (allocated at the start
 of the op that produces it, freed at the end of the op that last needs it):
 
-* static: buffers, plus weights and optimizer state when weights are resident;
+* static: buffers, plus weights and optimizer state when weights are resident (in
+  mixed precision the 16-bit weights; the optimizer's fp32 masters and state only
+  with the optimizer on the device: karma/precision.py, whose profile fields make
+  these the same formulas in every precision; streamed weights and the host
+  optimizer move the 16-bit weights and gradients, and the host updates the fp32
+  masters);
 * per unit, its saved activations (a tensor shared by two units of one block
   counted once) from its forward to its backward; for swapped blocks until
   the copy to the host ends and again from the prefetch to the backward; for
@@ -54,6 +59,7 @@ from karma.errors import KarmaError
 from karma.hardware import Hardware
 from karma.network import allreduce_time, nodes_for
 from karma.plan import Plan
+from karma.precision import master_bytes
 from karma.profile import OPTIMIZER_STATE_FACTOR, GradientBytes, Profile, backward_transient
 from karma.schedule import Event, Schedule
 
@@ -77,12 +83,17 @@ class SimResult:
         return self.reason is None
 
 
-def optimizer_traffic_bytes(param_bytes: float, optimizer: str) -> float:
+def optimizer_traffic_bytes(param_bytes: float, optimizer: str, optimizer_bytes: float | None = None) -> float:
     """Bytes an optimizer step streams through memory: read weight, gradient and
     state, write weight and state, i.e. (3 + 2k) x weight bytes with k state
-    tensors per weight (SGD momentum k=1, Adam k=2; Kingma & Ba 2015)."""
+    tensors per weight (SGD momentum k=1, Adam k=2; Kingma & Ba 2015). Given the
+    optimizer's bytes too, the weights are its fp32 masters (karma.precision.master_bytes):
+    in mixed precision read master 4 + 16-bit gradient 2 + state 4k, write master 4 +
+    state 4k + the 16-bit copy 2 = (3 + 2k) x 4 bytes per weight, twice the 16-bit
+    weight bytes; in fp32 the masters are the weights and nothing changes."""
     k = OPTIMIZER_STATE_FACTOR[optimizer]
-    return (3 + 2 * k) * param_bytes
+    weights = param_bytes if optimizer_bytes is None else master_bytes(param_bytes, optimizer_bytes, optimizer)
+    return (3 + 2 * k) * weights
 
 
 @dataclass
@@ -93,6 +104,7 @@ class BlockBytes:
     act: list[float]  # per block: saved bytes of its units (a swap block's copy each way)
     ckpt: list[float]  # per block: its input, a recomputed block's checkpoint
     params: list[float]  # per block: weights it owns (gradients downloaded, host update)
+    state: list[float]  # per block: the optimizer's bytes for the weights it owns (fp32 masters of 16-bit ones, state)
     uses: list[float]  # per block: weights it uploads when streamed (tied ones too)
     static: float  # buffers, plus resident weights (and device optimizer state)
     lent: list[float]  # per block: the boundary it shares with the next swapped block, fetched back by that one
@@ -126,11 +138,12 @@ def block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
         shared = profile.shared_boundary_bytes(b.start - 1) if k and blocks[k - 1].policy == "keep" else 0
         ckpt.append(units[b.start].input_bytes - shared)
     params = [float(sum(units[i].param_bytes for i in b.units)) for b in blocks]
+    state = [float(sum(units[i].optimizer_bytes for i in b.units)) for b in blocks]
     uses = [params[k] + sum(units[i].tied_param_bytes for i in b.units) for k, b in enumerate(blocks)]
     static = float(sum(u.buffer_bytes for u in units))
     if plan.weights != "streamed":
         static += sum(u.param_bytes + (0 if host_side else u.optimizer_bytes) for u in units)
-    return BlockBytes(own, act, ckpt, params, uses, static, lent, borrowed)
+    return BlockBytes(own, act, ckpt, params, state, uses, static, lent, borrowed)
 
 
 @dataclass
@@ -336,7 +349,7 @@ def _gradients_ready(it: _Iteration, k: int, ready: float) -> None:
 
 def _host_update(it: _Iteration, k: int, ready: float) -> None:
     """Block k's optimizer step on the host; resident weights go back up after it."""
-    traffic = optimizer_traffic_bytes(it.by.params[k], it.profile.optimizer)
+    traffic = optimizer_traffic_bytes(it.by.params[k], it.profile.optimizer, it.by.state[k])
     it.host_end = it.s.op("host", "optimizer step", k, ready, traffic / it.hw.host_update_bw)[1]
     if not it.streamed:
         it.host_end = it.s.op("h2d", "upload weights", k, it.host_end, it.by.params[k] / it.hw.h2d_bw)[1]
@@ -354,7 +367,8 @@ def _optimizer(it: _Iteration, shards: int) -> float:
             _host_update(it, k, it.net_end)
     if it.host_side:
         return max(it.backward_end, it.grads_down_end, it.host_end, it.net_end)
-    traffic = optimizer_traffic_bytes(sum(by.params), it.profile.optimizer) / shards
+    # (the profile's optimizer bytes are this rank's 1/shards: the masters are of all the weights)
+    traffic = optimizer_traffic_bytes(sum(by.params), it.profile.optimizer, sum(by.state) * shards) / shards
     return s.op("compute", "optimizer step", 0, max(it.backward_end, it.net_end), traffic / hw.memory_bw,
                 free=sum(by.params))[1]
 

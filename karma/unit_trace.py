@@ -27,6 +27,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
+from karma.precision import autocast
+
 #: Size queries that dispatch modes see but that are not kernels.
 _SKIP = {
     torch.ops.aten.size.default, torch.ops.aten.stride.default, torch.ops.aten.numel.default,
@@ -52,6 +54,7 @@ class OpCost:
     name: str
     flops: float
     bytes: float
+    dtype: str = "float32"  # the type its floating-point inputs compute in (16-bit GEMMs use tensor cores)
 
 
 class StorageLifetimes:
@@ -136,7 +139,9 @@ class OpRecorder(TorchDispatchMode):
         flops = flop_registry[packet](*args, **kwargs, out_val=out) if packet in flop_registry else 0
         ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         moved = sum(t.numel() * t.element_size() for t in ins + outs)
-        self.ops.append(OpCost(str(packet), float(flops), float(moved)))
+        floats = [t.dtype for t in ins if t.is_floating_point()]
+        dtype = str(floats[0]).removeprefix("torch.") if floats else "float32"
+        self.ops.append(OpCost(str(packet), float(flops), float(moved), dtype))
         return out
 
 
@@ -156,9 +161,12 @@ class UnitTrace:
     backward_workspace_bytes: int = 0
 
 
-def run_forward(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None, target) -> torch.Tensor:
-    out = unit(x)
-    return loss(out, target) if loss is not None else out
+def run_forward(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None, target,
+                precision: str = "fp32") -> torch.Tensor:
+    """The unit's forward (and the loss, for the last unit), under autocast in mixed precision."""
+    with autocast(x.device, precision):
+        out = unit(x)
+        return loss(out, target) if loss is not None else out
 
 
 def output_gradient(result: torch.Tensor) -> torch.Tensor | None:
@@ -170,8 +178,11 @@ def run_backward(result: torch.Tensor, grad: torch.Tensor | None) -> None:
     result.backward(grad)
 
 
-def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = None, target=None) -> UnitTrace:
-    """Forward (with `loss` for the last unit) and backward of one unit, counted."""
+def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = None, target=None,
+               precision: str = "fp32", policy: str | None = None) -> UnitTrace:
+    """Forward (with `loss` for the last unit) and backward of one unit, counted. In mixed
+    precision the forward runs under autocast (on meta its emulation with `policy`'s op lists,
+    karma.precision.MetaAutocast), so saved tensors are 2-byte where autocast makes them so."""
     params = {storage_key(p) for p in unit.parameters()}
     saved: dict[int, int] = {}
 
@@ -189,7 +200,8 @@ def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = N
     handle = unit.register_forward_hook(forward_hook)
     fwd = OpRecorder()
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), fwd:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), fwd, \
+                autocast(x.device, precision, policy):
             result = run_forward(unit, x, loss, target)
     finally:
         handle.remove()

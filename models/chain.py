@@ -65,6 +65,7 @@ class ChainModel:
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     optimizer: str
     config: Mapping = field(default_factory=dict)
+    precision: str = "fp32"
 
     @property
     def unit_names(self) -> list[str]:
@@ -80,8 +81,16 @@ class ChainModel:
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         return self.units(inputs)
 
+    def autocast(self):
+        """The forward's precision context (torch.autocast for mixed precision; on meta its
+        emulation, karma.precision.MetaAutocast). The backward runs outside it."""
+        from karma.precision import autocast
+
+        return autocast(next(self.units.parameters()).device, self.precision)
+
     def step_loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.loss(self.units(inputs), targets)
+        with self.autocast():
+            return self.loss(self.units(inputs), targets)
 
     def parameter_count(self) -> int:
         """Unique parameters (a tied weight counts once)."""

@@ -12,6 +12,8 @@ import torch
 from torch import nn
 
 from karma.errors import KarmaError, choose
+from karma.precision import check as check_precision
+from karma.precision import to_precision
 from models.chain import ChainModel, ModelSpec, sequential
 from models.gpt import GPT_SPECS
 from models.preact_resnet import RESNET1001
@@ -63,9 +65,12 @@ def build_original(model: str, size: str, device: str | torch.device = "cpu", se
         return s.build(**{**s.sizes[size], **(overrides or {})})
 
 
-def chain_of(model: str, size: str, original: nn.Module, batch: int | None = None) -> ChainModel:
-    """Split an already-built original module into a ChainModel sharing its parameters."""
+def chain_of(model: str, size: str, original: nn.Module, batch: int | None = None,
+             precision: str = "fp32") -> ChainModel:
+    """Split an already-built original module into a ChainModel sharing its parameters; in mixed
+    precision its weights become 16-bit (karma.precision.to_precision, in place)."""
     s = _check(model, size, batch)
+    to_precision(original, precision)
     return ChainModel(
         name=model,
         size=size,
@@ -75,11 +80,15 @@ def chain_of(model: str, size: str, original: nn.Module, batch: int | None = Non
         loss=s.loss,
         optimizer=s.optimizer,
         config=dict(s.sizes[size]),
+        precision=precision,
     )
 
 
 def build(model: str, size: str = "paper", batch: int | None = None,
-          device: str | torch.device = "cpu", seed: int = 0, overrides: dict | None = None) -> ChainModel:
-    """Build `model` at `size` as a chain; `batch` defaults to the preset's batch."""
+          device: str | torch.device = "cpu", seed: int = 0, overrides: dict | None = None,
+          precision: str = "fp32") -> ChainModel:
+    """Build `model` at `size` as a chain; `batch` defaults to the preset's batch; `precision`
+    'fp32', 'fp16' or 'bf16' (mixed precision, karma/precision.py)."""
     _check(model, size, batch)
-    return chain_of(model, size, build_original(model, size, device, seed, overrides), batch)
+    check_precision(precision)
+    return chain_of(model, size, build_original(model, size, device, seed, overrides), batch, precision)

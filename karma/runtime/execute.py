@@ -25,7 +25,7 @@ from torch.utils.checkpoint import checkpoint
 
 from karma.errors import KarmaError
 from karma.plan import Plan
-from karma.profile import OPTIMIZER_STATE_FACTOR
+from karma.precision import MixedPrecisionOptimizer, optimizer_bytes
 from karma.runtime.ledger import DeviceOOM, Ledger, LiveTracker
 from karma.runtime.link import EmulatedLink
 from karma.runtime.optim import new_optimizer
@@ -49,9 +49,19 @@ class StepReport:
     device: str = ""  # where it was measured, e.g. "cpu-emulated (link 100.0 MB/s)"
 
 
-def make_optimizer(chain: ChainModel, lr: float = 0.01) -> torch.optim.Optimizer:
-    """The chain's optimizer over all its weights (karma/runtime/optim.py)."""
-    return new_optimizer(chain.optimizer, list(chain.units.parameters()), lr)
+def make_optimizer(chain: ChainModel, lr: float = 0.01) -> torch.optim.Optimizer | MixedPrecisionOptimizer:
+    """The chain's optimizer over all its weights (karma/runtime/optim.py); in mixed precision over
+    fp32 masters of its 16-bit weights, with fp16's loss scale (karma.precision)."""
+    params = list(chain.units.parameters())
+    if chain.precision == "fp32":
+        return new_optimizer(chain.optimizer, params, lr)
+    return MixedPrecisionOptimizer(params, lambda masters: new_optimizer(chain.optimizer, masters, lr),
+                                   chain.precision)
+
+
+def scaled(optimizer, loss: torch.Tensor) -> torch.Tensor:
+    """The loss the backward starts from: times fp16's loss scale, as is otherwise."""
+    return optimizer.scaled(loss) if hasattr(optimizer, "scaled") else loss
 
 
 def check_plan(chain: ChainModel, plan: Plan) -> None:
@@ -183,9 +193,8 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
     else:
         for p in chain.units.parameters():  # weights (and optimizer state): resident for the whole step
             ledger.hold(storage_key(p), storage_bytes(p), "weights", "weights")
-        if not host_side:
-            state_bytes = sum(p.numel() * p.element_size() for p in chain.units.parameters()) * \
-                OPTIMIZER_STATE_FACTOR[chain.optimizer]
+        if not host_side:  # its state, and fp32 masters of 16-bit weights (karma.precision)
+            state_bytes = optimizer_bytes(chain.units.parameters(), chain.optimizer)
             ledger.hold("optimizer state", state_bytes, "weights", "optimizer state")
 
     to_host_side = [b.policy == "swap" or (b.policy == "recompute" and b.checkpoint == "host") for b in blocks]
@@ -267,42 +276,44 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
 
     with tracker, _named_cuda_oom(tracker):
         x = inputs
-        for k, b in enumerate(blocks):
-            for j in range(0, k - depth + 1):
-                if swapped[j] is not None:
-                    swapped[j].result()
-            if streamed:
-                uploads[k].result()
-                if k + depth < nb:
-                    uploads[k + depth] = optimizer.upload(k + depth, link, ledger)
-            tracker.where = f"forward of block {k}"
-            t0 = time.perf_counter()
-            fn, mods = block_fn(k)
-            # A timed step on the emulated device skips the accounting of what kept blocks save (their
-            # memory is the memory step's to measure): Python pack hooks on every saved tensor cost ~2%.
-            hooked = track or stores[k].swap or streamed
-            with torch.autograd.graph.saved_tensors_hooks(stores[k].pack, stores[k].unpack) if hooked \
-                    else contextlib.nullcontext():
-                if b.policy == "recompute":
-                    out = checkpoint(fn, x, use_reentrant=False, preserve_rng_state=True,
-                                     context_fn=lambda mods=mods: _keep_bn_statistics(mods))
-                else:
-                    out = fn(x)
-            if stores[k].swap:
-                swapped[k] = stores[k].swap_out(link)
-            record("forward", k, t0)
-            if streamed:
-                optimizer.evict(k, ledger)
-            if out.requires_grad and k < nb - 1:
-                out.register_hook(on_block_backward(k))
-            x = out
+        with chain.autocast():  # mixed precision: autocast around the forwards (a recompute restores it
+            # itself, torch.utils.checkpoint); the backward runs outside it
+            for k, b in enumerate(blocks):
+                for j in range(0, k - depth + 1):
+                    if swapped[j] is not None:
+                        swapped[j].result()
+                if streamed:
+                    uploads[k].result()
+                    if k + depth < nb:
+                        uploads[k + depth] = optimizer.upload(k + depth, link, ledger)
+                tracker.where = f"forward of block {k}"
+                t0 = time.perf_counter()
+                fn, mods = block_fn(k)
+                # A timed step on the emulated device skips the accounting of what kept blocks save (their
+                # memory is the memory step's to measure): Python pack hooks on every saved tensor cost ~2%.
+                hooked = track or stores[k].swap or streamed
+                with torch.autograd.graph.saved_tensors_hooks(stores[k].pack, stores[k].unpack) if hooked \
+                        else contextlib.nullcontext():
+                    if b.policy == "recompute":
+                        out = checkpoint(fn, x, use_reentrant=False, preserve_rng_state=True,
+                                         context_fn=lambda mods=mods: _keep_bn_statistics(mods))
+                    else:
+                        out = fn(x)
+                if stores[k].swap:
+                    swapped[k] = stores[k].swap_out(link)
+                record("forward", k, t0)
+                if streamed:
+                    optimizer.evict(k, ledger)
+                if out.requires_grad and k < nb - 1:
+                    out.register_hook(on_block_backward(k))
+                x = out
         loss = x
         value = loss.detach().item()
         for j in range(nb - 1, max(nb - 1 - depth, -1), -1):
             issue_prefetch(j)
         on_block_backward(nb - 1)(None)
         try:
-            loss.backward()
+            scaled(optimizer, loss).backward()
         finally:
             for handle in hooks:
                 handle.remove()

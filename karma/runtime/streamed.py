@@ -4,7 +4,11 @@ Each block's weights are uploaded (host -> device, through the emulated link)
 before its forward and again before its backward, and leave the device after
 each; its gradients are downloaded as soon as its backward ends, and the host
 runs that block's optimizer step on a host thread while later blocks are
-still computing. A weight shared by two blocks (GPT's tied embedding) is
+still computing. In mixed precision (karma/precision.py) the host keeps the fp32
+masters and the optimizer state plus a 16-bit copy of each weight, which is what
+goes up; the 16-bit gradients come down and become the masters' (unscaled for
+fp16), and each update writes the 16-bit copy again, as ZeRO-Offload does. A
+weight shared by two blocks (GPT's tied embedding) is
 uploaded with each and its gradient downloaded after the last of them (in
 backward order) is done. The per-block optimizers use the same single-tensor
 update as the resident one, so training is bitwise identical.
@@ -19,6 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 
 from karma.plan import Plan
+from karma.precision import LossScaler, to_master_grad
 from karma.runtime.copies import copy_into, to_host
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
@@ -35,7 +40,7 @@ class _DeviceCopies:
     (`physical=True` frees them there too, so that tests exercise the CUDA behaviour on a CPU)."""
 
     def __init__(self, params: list[torch.Tensor], masters: dict[int, torch.Tensor], physical: bool | None = None):
-        self.masters = masters
+        self.masters = masters  # what is uploaded: the weight's host copy in its own type
         self.holders = {id(p): 0 for p in params}
         self.physical = bool(params) and (params[0].is_cuda if physical is None else physical)
         self._lock = threading.Lock()
@@ -47,7 +52,7 @@ class _DeviceCopies:
         with self._lock:
             self.holders[id(p)] += 1
             if self.physical and p.data.numel() == 0:
-                p.data = torch.empty_like(self.masters[id(p)], device=p.device)
+                p.data = torch.empty_like(self.masters[id(p)], device=p.device, dtype=p.dtype)
                 if p.is_cuda:
                     p.data.record_stream(torch.cuda.default_stream(p.device))
 
@@ -82,8 +87,12 @@ class HostWeights:
             for p in params:
                 owner.setdefault(id(p), k)
         self.owned = [[p for p in params if owner[id(p)] == k] for k, params in enumerate(self.uses)]
-        self.master = {id(p): to_host(p) for params in self.uses for p in params}
-        self.copies = _DeviceCopies(list({id(p): p for ps in self.uses for p in ps}.values()), self.master,
+        self.master = {id(p): to_host(p).float() for params in self.uses for p in params}
+        # what goes up: the master itself in fp32, a 16-bit host copy of it in mixed precision
+        self.source = {id(p): self.master[id(p)] if p.dtype == torch.float32 else to_host(p)
+                       for params in self.uses for p in params}
+        self.scaler = LossScaler(chain.precision)
+        self.copies = _DeviceCopies(list({id(p): p for ps in self.uses for p in ps}.values()), self.source,
                                     physical) if plan.weights == "streamed" else None
         self.optimizers = [new_optimizer(chain.optimizer, [self.master[id(p)] for p in owned], lr) if owned else None
                            for owned in self.owned]
@@ -96,12 +105,18 @@ class HostWeights:
         self.resident = plan.weights == "resident"
         self.link = link
         self.refreshed: list[Future] = []
+        self.held: list[tuple[int, Callable[[], None] | None]] = []
         if self.resident and link is None:
             raise ValueError("host updates of resident weights need the link to send them back")
 
     def _bytes(self, p: torch.Tensor) -> int:
-        master = self.master[id(p)]
-        return master.numel() * master.element_size()
+        """Bytes of the weight's device copy (16-bit in mixed precision) and of its gradient."""
+        source = self.source[id(p)]
+        return source.numel() * source.element_size()
+
+    def scaled(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss the backward starts from (times fp16's loss scale)."""
+        return self.scaler.scaled(loss)
 
     def upload(self, k: int, link: EmulatedLink, ledger: Ledger, after: Future | None = None) -> Future:
         params = self.uses[k]
@@ -117,7 +132,7 @@ class HostWeights:
             for p in params:
                 if self.copies is not None:
                     self.copies.hold(p)
-                copy_into(p, self.master[id(p)])
+                copy_into(p, self.source[id(p)])
 
         return link.submit("h2d", nbytes, copy, "upload weights", k, on_start=start)
 
@@ -142,7 +157,10 @@ class HostWeights:
 
         def copy():
             for p in owned:
-                self.master[id(p)].grad = to_host(p.grad) if p.grad is not None else None
+                grad = to_host(p.grad) if p.grad is not None else None
+                if grad is not None and (grad.dtype != torch.float32 or self.scaler.enabled):
+                    grad = to_master_grad(grad, self.scaler.scale)
+                self.master[id(p)].grad = grad
                 p.grad = None
 
         def update(_future):
@@ -151,7 +169,10 @@ class HostWeights:
                 return
             if self.pipelined:
                 wait = self._start_reduce(k)
-                self.steps.append(self.host.submit(self._step, k, wait))
+                if self.scaler.enabled:  # fp16: no update before every gradient is known to be finite
+                    self.held.append((k, wait))
+                else:
+                    self.steps.append(self.host.submit(self._step, k, wait))
             else:
                 self.deferred.append(k)
 
@@ -169,19 +190,36 @@ class HostWeights:
             wait()
         self.optimizers[k].step()
         self.optimizers[k].zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for p in self.owned[k]:
+                if self.source[id(p)] is not self.master[id(p)]:
+                    self.source[id(p)].copy_(self.master[id(p)])
         if self.resident:
             params = self.uses[k]
 
             def copy():
                 for p in params:
-                    copy_into(p, self.master[id(p)])
+                    copy_into(p, self.source[id(p)])
 
             nbytes = sum(p.numel() * p.element_size() for p in params)
             self.refreshed.append(self.link.submit("h2d", nbytes, copy, "upload weights", k))
 
     def finish(self) -> None:
-        """Wait for every host update of this step (naive order: run them all now, in backward order)."""
-        waits = [(k, self._start_reduce(k)) for k in self.deferred]
+        """Wait for every host update of this step (naive order: run them all now, in backward order).
+        fp16: the updates wait for the whole backward; an overflowing gradient anywhere skips them
+        all and halves the loss scale (as one device optimizer step would)."""
+        waits = self.held + [(k, self._start_reduce(k)) for k in self.deferred]
+        self.held = []
+        if self.scaler.enabled:
+            for _, wait in waits:
+                if wait is not None:
+                    wait()
+            masters = [self.master[id(p)] for k, _ in waits for p in self.owned[k]]
+            overflow = not LossScaler.finite(m.grad for m in masters)
+            self.scaler.update(overflow)
+            for m in masters if overflow else []:
+                m.grad = None
+            waits = [] if overflow else [(k, None) for k, _ in waits]
         for k, wait in waits:
             self.steps.append(self.host.submit(self._step, k, wait))
         self.deferred = []
@@ -196,8 +234,8 @@ class HostWeights:
             for params in self.uses:
                 for p in params:
                     if p.data.numel() == 0:  # evicted (CUDA): give it its storage back
-                        p.data = torch.empty_like(self.master[id(p)], device=p.device)
-                    p.copy_(self.master[id(p)])
+                        p.data = torch.empty_like(self.source[id(p)], device=p.device)
+                    p.copy_(self.source[id(p)])
 
     def close(self) -> None:
         self.host.shutdown(wait=True)

@@ -70,7 +70,7 @@ with logged(sm):
         "## Hardware figures and their sources (from karma/presets/*.yaml)",
     ]
     for name in dict.fromkeys([sm.params.hardware, *whatif.hardware]):
-        text += ["", f"### {name}", "", to_markdown(pd.DataFrame(figure_sources(name)))]
+        text += ["", f"### {name}", "", to_markdown(pd.DataFrame(figure_sources(name, tensor_cores=True)))]
     Path(sm.output.md).write_text("\n".join(text) + "\n")
     large_nlp_figure(table, sm.params.hardware, Path(sm.output.figure))
     whatif_figure(ratios(whatif), Path(sm.output.whatif))
