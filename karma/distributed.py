@@ -28,6 +28,8 @@ import json
 import os
 import signal
 import sys
+import threading
+import time
 
 import torch
 
@@ -44,17 +46,58 @@ def shard(batch, rank: int, size: int):
     return inputs[rank * per:(rank + 1) * per], targets[rank * per:(rank + 1) * per]
 
 
-def averaged(comm):
+class Paced:
+    """An emulated resource of a given speed, in order like a queue: the work is done for real,
+    then whoever waits for it waits out its deadline (as karma/runtime/link.py does for the link).
+    Data parallel runs on a few cores use it for the network and the host optimizer: on 2 cores
+    the ranks' compute takes both, so a real all-reduce or host update overlapped with the
+    backward only takes cores from it, where on a GPU cluster they run on the NIC and the host's
+    own cores (karma/validate_dp.py)."""
+
+    def __init__(self):
+        self.free_at = 0.0
+        self._lock = threading.Lock()
+
+    def reserve(self, seconds: float, start: float | None = None) -> float:
+        """The deadline of `seconds` of this resource starting at `start` (now) or when it is free."""
+        with self._lock:
+            begin = max(time.perf_counter() if start is None else start, self.free_at)
+            self.free_at = begin + seconds
+            return self.free_at
+
+    @staticmethod
+    def until(deadline: float) -> None:
+        left = deadline - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+
+
+def averaged(comm, network_bw: float | None = None, latency: float = 0.0, poll: float = 5e-4):
     """A reduce for HostWeights: start summing every gradient over the ranks (non-blocking);
-    the returned wait completes the sums and divides by the number of ranks."""
+    the returned wait completes the sums and divides by the number of ranks.
+
+    The wait polls (MPI_Testall, then `poll` seconds asleep) instead of MPI_Waitall, which
+    busy-polls a core (FACTS.md): on 2 cores that core is the other rank's compute. MPICH
+    progresses the requests inside each Testall. With `network_bw` the all-reduce is emulated on
+    a network of that bandwidth per rank: done for real, it ends no earlier than the ring model's
+    time (karma/network.py) after it could start (the network is an in-order queue)."""
     from mpi4py import MPI
+
+    from karma.network import ring
+
+    network = Paced() if network_bw else None
 
     def reduce(grads):
         grads = [g for g in grads if g is not None]
+        start = time.perf_counter()
         requests = [comm.Iallreduce(MPI.IN_PLACE, g, op=MPI.SUM) for g in grads]
+        nbytes = sum(g.numel() * g.element_size() for g in grads)
+        deadline = network.reserve(ring(nbytes, comm.size, network_bw, latency), start) if network else 0.0
 
         def wait():
-            MPI.Request.Waitall(requests)
+            while not MPI.Request.Testall(requests):
+                time.sleep(poll)
+            Paced.until(deadline)
             for g in grads:
                 g.div_(comm.size)
 
@@ -63,19 +106,42 @@ def averaged(comm):
     return reduce
 
 
+def paced_host_weights(chain, plan, host_bw: float | None, **kwargs):
+    """HostWeights whose optimizer steps run for real and end no earlier than the step's optimizer
+    traffic (karma.simulate.optimizer_traffic_bytes) at `host_bw` bytes/s after they start (an
+    emulated host CPU; None: as fast as this CPU does it)."""
+    from karma.runtime.streamed import HostWeights
+    from karma.simulate import optimizer_traffic_bytes
+
+    class PacedHostWeights(HostWeights):
+        pace = Paced()
+
+        def _step(self, k, wait):
+            if wait is not None:
+                wait()
+            nbytes = sum(self._bytes(p) for p in self.owned[k])
+            deadline = self.pace.reserve(optimizer_traffic_bytes(nbytes, chain.optimizer) / host_bw)
+            super()._step(k, None)
+            Paced.until(deadline)
+
+    return (PacedHostWeights if host_bw else HostWeights)(chain, plan, **kwargs)
+
+
 def train_ranks(comm, chain, plan, global_chain, steps: int, link_bw: float, order: str,
-                warmup: int = 0) -> list[float]:
+                warmup: int = 0, network_bw: float | None = None, host_bw: float | None = None,
+                latency: float = 0.0) -> list[float]:
     """Train `chain` on this rank's shard of `global_chain`'s batches, host updates with gradients
     averaged over the ranks; returns the step times after `warmup` steps. The ranks start each
-    step together (a barrier) so that the times compare."""
+    step together (a barrier) so that the times compare. `network_bw` and `host_bw` emulate the
+    network (per rank, `latency` per ring step) and the host optimizer (averaged,
+    paced_host_weights); None: this machine's own."""
     from karma.runtime.execute import train_step
     from karma.runtime.ledger import Ledger
     from karma.runtime.link import EmulatedLink
-    from karma.runtime.streamed import HostWeights
-
     times = []
     with EmulatedLink(link_bw, link_bw) as link:
-        host = HostWeights(chain, plan, reduce=averaged(comm), pipelined=order == "pipelined", link=link)
+        host = paced_host_weights(chain, plan, host_bw, reduce=averaged(comm, network_bw, latency),
+                                  pipelined=order == "pipelined", link=link)
         try:
             for step in range(warmup + steps):
                 batch = shard(global_chain.make_batch(seed=step), comm.rank, comm.size)
@@ -112,7 +178,9 @@ def train(args, comm) -> dict:
     if len(set(signatures)) > 1:
         bad = [r for r, s in enumerate(signatures) if s != signatures[0]]
         raise KarmaError(f"ranks disagree on the model or the plan (ranks {bad} differ from rank 0)")
-    times = train_ranks(comm, chain, plan, global_chain, args.steps, args.link_mbs * 1e6, args.order)
+    times = train_ranks(comm, chain, plan, global_chain, args.steps, args.link_mbs * 1e6, args.order,
+                        network_bw=args.network_mbs * 1e6 if args.network_mbs else None,
+                        host_bw=args.host_mbs * 1e6 if args.host_mbs else None)
     return {"state": {k: v.clone() for k, v in chain.units.state_dict().items()}, "times": times}
 
 
@@ -126,6 +194,8 @@ def parser() -> argparse.ArgumentParser:
                                   "'{rank}' in the path is replaced by the rank")
     p.add_argument("--order", choices=["pipelined", "naive"], default="pipelined")
     p.add_argument("--link-mbs", type=float, default=1000.0, help="emulated host link MB/s")
+    p.add_argument("--network-mbs", type=float, help="emulated network MB/s per rank (default: MPI as it is)")
+    p.add_argument("--host-mbs", type=float, help="emulated host optimizer MB/s (default: this CPU's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-dropout", dest="overrides", action="store_const", const={"dropout": 0.0}, default=None,
                    help="build the model without dropout (per-rank masks cannot match one process)")

@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("model")
     p.add_argument("--size", default="small")
     p.add_argument("--global-batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--steps", type=int, default=2, help="timed steps per layout and repeat (after one warm-up)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each layout, interleaved")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -52,34 +53,44 @@ def main(argv: list[str] | None = None) -> int:
     alpha, beta = calibrate_allreduce(comm)
     global_chain = build(args.model, args.size, args.global_batch, seed=0)
     rates = cpu_rates(float("inf"), global_chain.optimizer)
-    rows = []
-    for tp in (1, n):
-        dp = n // tp
-        replica = args.global_batch // dp
-        profile = measured_profile(shard_chain(build(args.model, args.size, replica, seed=0), comm.rank % tp, tp),
-                                   reps=3)
-        _, _, times = train_layout(comm, tp, build(args.model, args.size, replica, seed=0), global_chain,
-                                   args.steps, warmup=1)
-        measured = statistics.median(comm.allgather(statistics.median(times)))
-        if comm.rank:
-            continue
-        hw = replace(emulated_hardware(profile, rates, float("inf")),
-                     name=f"this machine, {n} MPI ranks", gpus_per_node=n, intra_node_bw=beta,
-                     intra_node_latency=alpha)
-        layout = Layout(tp, dp, replica, vocab_parallel=False)
-        result = simulate_shard(profile, layout, lambda nbytes, tp=tp: ring(nbytes, tp, beta, alpha), hw, hidden,
-                                order="naive")
-        rows.append({"model": args.model, "ranks": n, "layout": layout.label(), "tp": tp, "dp": dp,
-                     "measured_s": measured, "predicted_s": result.time,
-                     "measured_over_predicted": measured / result.time, "tp_allreduce_s": result.tp_comm_s,
-                     "allreduce_alpha_us": alpha * 1e6, "allreduce_beta_MBs": beta / 1e6,
-                     "source": f"measured on cpu ({n} MPI ranks, in core); predicted by karma/model_parallel.py "
-                               f"on the measured shard profiles"})
+    layouts = (1, n)
+    profiles = {tp: measured_profile(shard_chain(build(args.model, args.size, args.global_batch * tp // n, seed=0),
+                                                 comm.rank % tp, tp), reps=3) for tp in layouts}
+    measured: dict[int, list[float]] = {tp: [] for tp in layouts}
+    for repeat in range(args.repeats):  # interleaved, so that drift hits both layouts alike
+        for tp in layouts[::1 if repeat % 2 == 0 else -1]:
+            replica = args.global_batch // (n // tp)
+            _, _, times = train_layout(comm, tp, build(args.model, args.size, replica, seed=0), global_chain,
+                                       args.steps, warmup=1)
+            measured[tp].append(statistics.median(comm.allgather(statistics.median(times))))
+    df = None
     if comm.rank == 0:
+        rows = []
+        for tp in layouts:
+            dp = n // tp
+            replica = args.global_batch // dp
+            hw = replace(emulated_hardware(profiles[tp], rates, float("inf")),
+                         name=f"this machine, {n} MPI ranks", gpus_per_node=n, intra_node_bw=beta,
+                         intra_node_latency=alpha)
+            layout = Layout(tp, dp, replica, vocab_parallel=False)
+            result = simulate_shard(profiles[tp], layout, lambda nbytes, tp=tp: ring(nbytes, tp, beta, alpha), hw,
+                                    hidden, order="naive")
+            median = statistics.median(measured[tp])
+            rows.append({"model": args.model, "ranks": n, "layout": layout.label(), "tp": tp, "dp": dp,
+                         "repeats": args.repeats, "measured_s": median, "measured_s_min": min(measured[tp]),
+                         "measured_s_max": max(measured[tp]), "predicted_s": result.time,
+                         "measured_over_predicted": median / result.time, "tp_allreduce_s": result.tp_comm_s,
+                         "allreduce_alpha_us": alpha * 1e6, "allreduce_beta_MBs": beta / 1e6,
+                         "source": f"measured on cpu ({n} MPI ranks, in core; {args.repeats} interleaved repeats of "
+                                   f"{args.steps} steps); predicted by karma/model_parallel.py on the measured "
+                                   f"shard profiles"})
         df = pd.DataFrame(rows)
-        df["tp_over_dp_measured"] = df.measured_s.iloc[1] / df.measured_s.iloc[0]
+        ratios = [t / d for t, d in zip(measured[n], measured[1], strict=True)]
+        df["tp_over_dp_measured"] = statistics.median(ratios)
+        df["tp_over_dp_measured_min"] = min(ratios)
+        df["tp_over_dp_measured_max"] = max(ratios)
         df["tp_over_dp_predicted"] = df.predicted_s.iloc[1] / df.predicted_s.iloc[0]
-    return write_table(comm, df if comm.rank == 0 else None, args.out)
+    return write_table(comm, df, args.out)
 
 
 if __name__ == "__main__":

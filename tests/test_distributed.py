@@ -35,17 +35,20 @@ def one_process_on_the_global_batch():
     return chain.units.state_dict()
 
 
-@pytest.mark.parametrize("ranks, order, weights", [(2, "pipelined", "streamed"), (2, "naive", "streamed"),
-                                                   (4, "pipelined", "streamed"), (4, "naive", "streamed"),
-                                                   (2, "pipelined", "resident"), (4, "naive", "resident")])
-def test_ranks_train_like_one_process_on_the_global_batch(tmp_path, ranks, order, weights):
+@pytest.mark.parametrize("ranks, order, weights, emulated", [
+    (2, "pipelined", "streamed", False), (2, "naive", "streamed", False), (4, "pipelined", "streamed", False),
+    (4, "naive", "streamed", False), (2, "pipelined", "resident", False), (4, "naive", "resident", False),
+    (2, "pipelined", "streamed", True), (2, "naive", "resident", True)])
+def test_ranks_train_like_one_process_on_the_global_batch(tmp_path, ranks, order, weights, emulated):
+    """Also with the network and the host optimizer emulated (karma.distributed.Paced): pacing only waits."""
     out = tmp_path / "weights.pt"
     plan = tmp_path / "plan.json"
     per_rank = GLOBAL_BATCH // ranks
     n = len(build(MODEL, "tiny", device="meta"))
     from_policies(MODEL, per_rank, (["swap", "recompute", "keep"] * n)[:n], weights=weights,
                   prefetch_depth=2).to_json(plan)
-    proc = launch(ranks, "--order", order, "--plan", str(plan), "--out", str(out))
+    paced = ["--network-mbs", "50", "--host-mbs", "100"] if emulated else []
+    proc = launch(ranks, "--order", order, "--plan", str(plan), "--out", str(out), *paced)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"{ranks} ranks, {order}" in proc.stdout and "measured on cpu-emulated" in proc.stdout
     got = torch.load(out)["state"]
@@ -81,6 +84,25 @@ def test_validation_against_the_model_writes_both_orders(tmp_path):
     assert list(table.order) == ["pipelined", "naive"]
     assert (table.measured_s > 0).all() and (table.predicted_s > 0).all()
     assert table.source.str.contains("measured on cpu-emulated").all()
+    assert (table.repeats == 3).all()  # the default: median and range of 3 interleaved repeats
+    for name in ("naive_over_pipelined_measured", "naive_over_pipelined_predicted", "ratio_measured_over_predicted"):
+        assert (table[f"{name}_min"] <= table[name]).all() and (table[name] <= table[f"{name}_max"]).all()
+    assert (table.network_MBs > 0).all() and (table.host_update_MBs > 0).all()
+
+
+def test_paced_resources_queue_in_order():
+    """An emulated resource serves one job after another: deadlines add up from when it is free."""
+    import time
+
+    from karma.distributed import Paced
+
+    pace = Paced()
+    now = time.perf_counter()
+    first = pace.reserve(0.2, now)
+    second = pace.reserve(0.1, now)
+    assert first == pytest.approx(now + 0.2) and second == pytest.approx(now + 0.3)
+    later = pace.reserve(0.1, now + 1.0)
+    assert later == pytest.approx(now + 1.1)
 
 
 def test_a_dying_rank_ends_the_job_naming_it(tmp_path):

@@ -1,55 +1,218 @@
-"""Regression tracking: simulated numbers within 1%, measured ratios within 25%."""
+"""Regression tracking: simulated numbers within 1%, measured ones within their spread and not
+crossing 1, measured-vs-predicted accuracy within the printed targets; `karma compare --strict`
+fails on REGRESSION, MISSING and FAILED, and without --strict never fails on verdicts."""
+
+import math
 
 import pandas as pd
 import pytest
 
-from karma.regress import compare
+from karma.regress import COLUMNS, compare
+
+NAN = math.nan
 
 
-def table(sim: float, meas: float | None) -> pd.DataFrame:
-    rows = [("speedups/m/karma/time_s", sim, "simulated")]
-    if meas is not None:
-        rows.append(("runtime/m/vdnn/karma_speedup_measured", meas, "measured"))
-    return pd.DataFrame(rows, columns=["metric", "value", "kind"])
+def table(*rows) -> pd.DataFrame:
+    return pd.DataFrame([(m, k, v, lo, hi, t, "") for m, k, v, lo, hi, t in rows], columns=COLUMNS)
 
 
-@pytest.mark.parametrize("sim, meas, verdicts", [
-    (1.005, 2.4, ["ok", "ok"]),
-    (1.02, 2.0, ["REGRESSION", "ok"]),
-    (1.0, 1.4, ["ok", "REGRESSION"]),
-    (1.0, None, ["ok", "not measured this run"]),
+SIM = "speedups/m/karma/time_s"
+MEAS = "runtime/m/vdnn/karma_speedup_measured"
+
+
+def sim(value):
+    return (SIM, "simulated", value, NAN, NAN, NAN)
+
+
+def meas(value, lo, hi, metric=MEAS):
+    return (metric, "measured", value, lo, hi, NAN)
+
+
+def verdicts(reference, current):
+    return dict(zip(compare(reference, current).metric, compare(reference, current).verdict, strict=True))
+
+
+@pytest.mark.parametrize("now, expected", [(1.005, "ok"), (0.995, "ok"), (1.02, "REGRESSION"), (0.9, "REGRESSION")])
+def test_simulated_numbers_are_exact_within_one_percent(now, expected):
+    assert verdicts(table(sim(1.0)), table(sim(now)))[SIM] == expected
+
+
+@pytest.mark.parametrize("now, expected", [
+    ((2.0, 1.9, 2.1), "ok"),
+    ((1.8, 1.75, 1.85), "ok"),  # reference 2.0 inside [1.75, 1.85] widened by 0.2 + 3%
+    ((2.3, 2.25, 2.4), "ok"),
+    ((1.5, 1.45, 1.6), "REGRESSION"),  # reference far outside the new range
+    ((2.7, 2.6, 2.8), "REGRESSION"),
+    ((NAN, NAN, NAN), "FAILED"),  # not measured (its run or KARMA's ran out of memory)
 ])
-def test_verdicts(sim, meas, verdicts):
-    diff = compare(table(1.0, 2.0), table(sim, meas))
-    assert list(diff.verdict) == verdicts
+def test_measured_numbers_within_their_spread(now, expected):
+    reference = table(sim(1.0), meas(2.0, 1.9, 2.1))
+    assert verdicts(reference, table(sim(1.0), meas(*now)))[MEAS] == expected
 
 
-def test_a_simulated_number_that_disappears_is_missing():
-    current = pd.DataFrame(columns=["metric", "value", "kind"])
-    assert list(compare(table(1.0, 2.0), current).verdict)[0] == "MISSING"
+def test_a_measured_claim_that_changes_sign_is_a_regression():
+    reference = table(meas(1.06, 1.03, 1.12))
+    assert verdicts(reference, table(meas(1.04, 0.99, 1.08)))[MEAS] == "ok"
+    assert verdicts(reference, table(meas(0.98, 0.96, 1.02)))[MEAS] == "REGRESSION"
+    # a reference whose range straddles 1 claims nothing: noise across 1 is no regression
+    assert verdicts(table(meas(1.01, 0.98, 1.04)), table(meas(0.99, 0.97, 1.02)))[MEAS] == "ok"
 
 
-def test_cli_exits_nonzero_on_a_regression(tmp_path):
-    from karma.cli import main
+def test_noise_inside_the_spread_passes_for_every_repeat_order():
+    """Any new run whose repeats fall inside the reference's range is never a regression."""
+    reference = table(meas(1.3, 1.2, 1.45))
+    for lo in (1.2, 1.25, 1.3):
+        for hi in (1.3, 1.4, 1.45):
+            assert verdicts(reference, table(meas((lo + hi) / 2, lo, hi)))[MEAS] == "ok"
 
-    results = tmp_path / "results"
-    (results / "tables").mkdir(parents=True)
-    pd.DataFrame([{"model": "m", "strategy": "karma", "status": "ok", "time_s": 1.0, "time_over_bound": 1.01}]) \
+
+def test_an_old_reference_without_spread_still_compares():
+    reference = pd.DataFrame([(MEAS, "measured", 2.0)], columns=["metric", "kind", "value"])
+    assert verdicts(reference, table(meas(2.0, 1.95, 2.1)))[MEAS] == "ok"
+    assert verdicts(reference, table(meas(1.5, 1.45, 1.6)))[MEAS] == "REGRESSION"
+
+
+@pytest.mark.parametrize("value, target, expected", [(1.1, 0.15, "ok"), (1.2, 0.15, "FAILED"), (0.96, 0.05, "ok"),
+                                                     (0.94, 0.05, "FAILED"), (NAN, 0.15, "FAILED")])
+def test_accuracy_is_held_to_its_target_whatever_the_reference(value, target, expected):
+    metric = "runtime/m/karma/step_measured_over_predicted"
+    row = (metric, "accuracy", value, NAN, NAN, target)
+    assert verdicts(table(), table(row))[metric] == expected
+    assert verdicts(table((metric, "accuracy", 1.0, NAN, NAN, target)), table(row))[metric] == expected
+
+
+def test_missing_new_checks_and_reported():
+    reference = table(sim(1.0), ("x/check", "check", 1.0, NAN, NAN, NAN))
+    current = table(("x/check", "check", 0.0, NAN, NAN, NAN), ("y/new", "measured", 1.2, 1.1, 1.3, NAN),
+                    ("z/info", "reported", 3.0, NAN, NAN, 0.15))
+    found = verdicts(reference, current)
+    assert found == {SIM: "MISSING", "x/check": "FAILED", "y/new": "new", "z/info": "reported"}
+
+
+# --- the command line on a whole results tree ---------------------------------------------------
+
+RUNTIME = [  # model m: vdnn and karma ran, karma 2x faster; incore did not fit (simulated)
+    {"model": "m", "strategy": "incore", "status": "OOM (simulated)", "predicted_s": NAN, "measured_s": NAN},
+    {"model": "m", "strategy": "vdnn", "status": "ok", "predicted_s": 2.0, "measured_s": 2.1, "measured_s_min": 2.0,
+     "measured_s_max": 2.2, "measured_over_predicted": 1.05, "peak_measured_over_predicted": 1.0,
+     "karma_speedup_measured": 2.0, "karma_speedup_measured_min": 1.9, "karma_speedup_measured_max": 2.1,
+     "karma_speedup_predicted": 2.0},
+    {"model": "m", "strategy": "karma", "status": "ok", "predicted_s": 1.0, "measured_s": 1.05,
+     "measured_s_min": 1.0, "measured_s_max": 1.1, "measured_over_predicted": 1.05,
+     "peak_measured_over_predicted": 0.99, "karma_speedup_measured": 1.0, "karma_speedup_measured_min": 1.0,
+     "karma_speedup_measured_max": 1.0, "karma_speedup_predicted": 1.0},
+]
+
+
+def write_results(results, runtime=RUNTIME, karma_time=1.0, dp_ratio=1.15):
+    (results / "tables").mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([{"model": "m", "strategy": "vdnn", "status": "ok", "time_s": 2.0, "time_over_bound": NAN},
+                  {"model": "m", "strategy": "karma", "status": "ok", "time_s": karma_time, "time_over_bound": 1.01}]) \
         .to_csv(results / "tables/speedups.csv", index=False)
     pd.DataFrame([{"model": "m", "strategy": "s", "gpus": 8, "efficiency": 0.9}]).to_csv(
         results / "tables/scaling.csv", index=False)
-    pd.DataFrame([{"model": "m", "strategy": "vdnn", "status": "ok", "karma_speedup_measured": 2.0}]).to_csv(
-        results / "tables/measured_vs_predicted.csv", index=False)
-    pd.DataFrame([{"model": "m", "order": "pipelined", "naive_over_pipelined_measured": 1.0}]).to_csv(
-        results / "tables/distributed_validation.csv", index=False)
+    pd.DataFrame(runtime).to_csv(results / "tables/measured_vs_predicted.csv", index=False)
+    pd.DataFrame([{"model": "m", "order": order, "naive_over_pipelined_measured": dp_ratio,
+                   "naive_over_pipelined_measured_min": dp_ratio - 0.03,
+                   "naive_over_pipelined_measured_max": dp_ratio + 0.03, "naive_over_pipelined_predicted": 1.2}
+                  for order in ("pipelined", "naive")]).to_csv(results / "tables/distributed_validation.csv",
+                                                               index=False)
     pd.DataFrame([{"model": "m", "karma_over_best_mp_geomean": 1.3}]).to_csv(
         results / "tables/large_nlp_summary.csv", index=False)
-    pd.DataFrame([{"model": "m", "tp": 2, "tp_over_dp_measured": 1.1}]).to_csv(
+    pd.DataFrame([{"model": "m", "tp": tp, "tp_over_dp_measured": 1.1, "tp_over_dp_measured_min": 1.0,
+                   "tp_over_dp_measured_max": 1.2, "tp_over_dp_predicted": 0.6} for tp in (1, 2)]).to_csv(
         results / "tables/tp_validation.csv", index=False)
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    from karma.cli import main
+
+    results = tmp_path / "results"
+    write_results(results)
     reference = tmp_path / "reference.csv"
     assert main(["reference", "--results", str(results), "--out", str(reference)]) == 0
-    assert main(["compare", "--results", str(results), "--reference", str(reference)]) == 0
-    frame = pd.read_csv(results / "tables/speedups.csv")
-    frame.loc[0, "time_s"] = 1.05
-    frame.to_csv(results / "tables/speedups.csv", index=False)
-    assert main(["compare", "--results", str(results), "--reference", str(reference)]) == 1
+    return results, reference
+
+
+def compare_cli(results, reference, *extra):
+    from karma.cli import main
+
+    return main(["compare", "--results", str(results), "--reference", str(reference), *extra])
+
+
+def test_the_same_run_passes_strict(recorded):
+    results, reference = recorded
+    assert compare_cli(results, reference, "--strict") == 0
+    recorded_table = pd.read_csv(reference)
+    assert {"metric", "kind", "value", "min", "max"} <= set(recorded_table.columns)
+    # karma/readme.py reads these rows
+    assert "speedups/m/karma/time_s" in set(recorded_table.metric)
+    assert "speedups/m/karma/time_over_bound" in set(recorded_table.metric)
+
+
+def test_noise_inside_the_spread_passes_strict(recorded, tmp_path):
+    results, reference = recorded
+    runtime = [dict(r) for r in RUNTIME]
+    runtime[1].update(karma_speedup_measured=1.85, karma_speedup_measured_min=1.8, karma_speedup_measured_max=2.05,
+                      measured_over_predicted=1.1)
+    write_results(results, runtime, dp_ratio=1.12)
+    assert compare_cli(results, reference, "--strict") == 0
+
+
+def test_karma_simulated_ten_percent_faster_in_the_reference_fails_strict(recorded):
+    results, reference = recorded
+    frame = pd.read_csv(reference)
+    frame.loc[frame.metric == "speedups/m/karma/time_s", "value"] *= 0.9
+    frame.to_csv(reference, index=False)
+    assert compare_cli(results, reference) == 0  # the pipeline's rule: report, never fail
+    assert compare_cli(results, reference, "--strict") == 1
+
+
+@pytest.mark.parametrize("case", ["karma absent", "karma OOM"])
+def test_a_measured_run_without_karma_fails_strict(recorded, case, tmp_path):
+    results, reference = recorded
+    runtime = [dict(r) for r in RUNTIME]
+    if case == "karma absent":
+        runtime = runtime[:2]
+        runtime[1].update(karma_speedup_measured=NAN, karma_speedup_measured_min=NAN, karma_speedup_measured_max=NAN)
+    else:
+        runtime[2].update(status="OOM (measured): device out of memory", measured_s=NAN, measured_over_predicted=NAN,
+                          peak_measured_over_predicted=NAN)
+        for r in runtime:
+            r.update(karma_speedup_measured=NAN, karma_speedup_measured_min=NAN, karma_speedup_measured_max=NAN)
+    write_results(results, runtime)
+    out = tmp_path / "regression.md"
+    assert compare_cli(results, reference, "--out", str(out)) == 0
+    text = out.read_text()
+    assert "FAILED" in text and "karma" in text
+    assert compare_cli(results, reference, "--strict") == 1
+
+
+def test_a_baseline_measured_out_of_memory_fails_strict(recorded):
+    results, reference = recorded
+    runtime = [dict(r) for r in RUNTIME]
+    runtime[1].update(status="OOM (measured): over", measured_s=NAN, measured_over_predicted=NAN,
+                      karma_speedup_measured=NAN)
+    write_results(results, runtime)
+    assert compare_cli(results, reference, "--strict") == 1
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"measured_over_predicted": 1.2}, 1),  # step time off its 0.15 target
+    ({"peak_measured_over_predicted": 1.07}, 1),  # peak off its 0.05 target
+    ({"measured_over_predicted": 1.12, "peak_measured_over_predicted": 1.03}, 0),
+])
+def test_printed_targets_are_enforced(recorded, change, expected):
+    results, reference = recorded
+    runtime = [dict(r) for r in RUNTIME]
+    runtime[2].update(change)
+    write_results(results, runtime)
+    assert compare_cli(results, reference, "--strict") == expected
+
+
+@pytest.mark.parametrize("ratio, expected", [(1.15, 0), (0.95, 1), (1.45, 1)])
+def test_the_data_parallel_ratio_agrees_with_the_model_in_sign_and_within_its_target(recorded, ratio, expected):
+    results, reference = recorded
+    write_results(results, dp_ratio=ratio)
+    assert compare_cli(results, reference, "--strict") == expected

@@ -48,6 +48,35 @@ def emulated_hardware(profile: Profile, rates: Rates, capacity: float) -> Hardwa
                    description=f"this machine as the device: {rates.describe()}")
 
 
+class EmulatedSession:
+    """One plan's chain, optimizer and link on the emulated device, open across steps, so that the
+    steps of several plans can be interleaved (validate). Step s trains on the batch of seed s."""
+
+    def __init__(self, chain, plan, capacity: float, link_bw: float):
+        self.chain, self.plan, self.capacity = chain, plan, capacity
+        self.link = EmulatedLink(link_bw, link_bw)
+        self.optimizer = None
+        self.step_no = 0
+        try:
+            # a host optimizer with resident weights sends the updated weights back up over the link
+            self.optimizer = HostWeights(chain, plan, link=self.link) if plan.host_optimizer else make_optimizer(chain)
+        except BaseException:
+            self.close()
+            raise
+
+    def step(self, track: bool) -> StepReport:
+        """One training step; `track`: a memory step (every tensor on the ledger, see run_steps)."""
+        report = train_step(self.chain, self.plan, self.optimizer, self.chain.make_batch(seed=self.step_no),
+                            Ledger(self.capacity), self.link, track=track)
+        self.step_no += 1
+        return report
+
+    def close(self) -> None:
+        if isinstance(self.optimizer, HostWeights):
+            self.optimizer.close()
+        self.link.close()
+
+
 def run_steps(chain, plan, capacity: float, link_bw: float, steps: int) -> tuple[StepReport, list[StepReport]]:
     """A memory step (also the warm-up), `steps` timed steps and a second memory step of `chain`
     under `plan` on the emulated device; returns (the memory step with the higher peak, timed steps).
@@ -57,24 +86,21 @@ def run_steps(chain, plan, capacity: float, link_bw: float, steps: int) -> tuple
     per-tensor accounting (a Python dispatch mode, 5-20% of a step on this CPU, which a GPU's
     allocator does not cost); they still account weights and what swapped blocks save.
     """
-    reports = []
-    optimizer = None
+    session = EmulatedSession(chain, plan, capacity, link_bw)
     try:
-        with EmulatedLink(link_bw, link_bw) as link:
-            # a host optimizer with resident weights sends the updated weights back up over the link
-            optimizer = HostWeights(chain, plan, link=link) if plan.host_optimizer else make_optimizer(chain)
-            for s in range(steps + 2):
-                reports.append(train_step(chain, plan, optimizer, chain.make_batch(seed=s), Ledger(capacity), link,
-                                          track=s in (0, steps + 1)))
+        first = session.step(track=True)
+        timed = [session.step(track=False) for _ in range(steps)]
+        last = session.step(track=True)
     finally:
-        if isinstance(optimizer, HostWeights):
-            optimizer.close()
-    return max(reports[0], reports[-1], key=lambda r: r.peak_bytes), reports[1:-1]
+        session.close()
+    return max(first, last, key=lambda r: r.peak_bytes), timed
 
 
 @dataclass(frozen=True)
 class EmulatedRunner:
-    """Runs a plan on the emulated device: this CPU, the ledger as its memory, the emulated link."""
+    """Runs a plan on the emulated device: this CPU, the ledger as its memory, the emulated link.
+    `runner(plan)` runs it whole (run_steps); `runner.open(plan)` gives an EmulatedSession, whose
+    steps validate interleaves with other plans'."""
 
     chain_factory: Callable[[], ChainModel]
     capacity: float
@@ -87,45 +113,119 @@ class EmulatedRunner:
     def __call__(self, plan: Plan) -> tuple[StepReport, list[StepReport]]:
         return run_steps(self.chain_factory(), plan, self.capacity, self.link_bw, self.steps)
 
+    def open(self, plan: Plan) -> EmulatedSession:
+        return EmulatedSession(self.chain_factory(), plan, self.capacity, self.link_bw)
+
+
+def _spread(values: list[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def measure(runner, plans: dict[str, Plan], repeats: int) -> dict[str, dict]:
+    """Run every plan `repeats` times, interleaved: repeat r runs each plan once, the order rotated
+    by r, so that a machine getting busier or quieter hits every plan alike. Per plan: {"times":
+    one per repeat (median of its timed steps), "peak": the memory steps' peak} or {"error": the
+    DeviceOOM}.
+
+    A runner with `open(plan)` (EmulatedRunner) keeps each plan's session open: one memory step
+    (the warm-up) before the first repeat, `runner.steps` timed steps per repeat, one memory step
+    after the last. Any other runner (CudaRunner: a process per run) runs whole per repeat."""
+    names = list(plans)
+    out: dict[str, dict] = {name: {"times": [], "peak": 0.0} for name in names}
+    sessions = {}
+
+    def fail(name, err):
+        out[name] = {"error": err}
+        session = sessions.pop(name, None)
+        if session is not None:
+            session.close()
+
+    try:
+        if hasattr(runner, "open"):
+            for name in names:
+                try:
+                    sessions[name] = runner.open(plans[name])
+                    out[name]["peak"] = sessions[name].step(track=True).peak_bytes
+                except DeviceOOM as err:
+                    fail(name, err)
+        for r in range(repeats):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                if "error" in out[name]:
+                    continue
+                try:
+                    if name in sessions:
+                        timed = [sessions[name].step(track=False) for _ in range(runner.steps)]
+                    else:
+                        memory, timed = runner(plans[name])
+                        out[name]["peak"] = max(out[name]["peak"], memory.peak_bytes)
+                    out[name]["times"].append(statistics.median(t.time for t in timed))
+                except DeviceOOM as err:
+                    fail(name, err)
+        for name, session in list(sessions.items()):
+            try:
+                out[name]["peak"] = max(out[name]["peak"], session.step(track=True).peak_bytes)
+            except DeviceOOM as err:
+                fail(name, err)
+    finally:
+        for session in sessions.values():
+            session.close()
+    return out
+
 
 def validate(profile: Profile, strategies: list[str], capacity: float, rates: Rates, runner,
-             headroom: float = 0.05) -> pd.DataFrame:
+             headroom: float = 0.05, repeats: int = 1) -> pd.DataFrame:
     """Plan every strategy on the measured profile, simulate it and run it; one row per strategy.
 
     Plans are made for `capacity` less `headroom` (the memory model's error, a few percent, must
     not turn a planned fit into an OOM), simulated with the machine's `rates`
-    (karma/runtime/rates.py) and run under the full `capacity` by `runner(plan)` -> (the memory
-    step, the timed steps): an EmulatedRunner here, a karma.runtime.cuda.CudaRunner on a GPU
-    (which caps the memory in the process it runs in). Every strategy's run starts from a freshly
-    built chain.
+    (karma/runtime/rates.py) and run under the full `capacity` by `runner` (measure): an
+    EmulatedRunner here, a karma.runtime.cuda.CudaRunner on a GPU (which caps the memory in the
+    process it runs in), `repeats` times interleaved. Every strategy's run starts from a freshly
+    built chain. Measured times are the median over the repeats with their range (columns _min,
+    _max); KARMA's measured speedup over each strategy is taken per repeat (both ran in the same
+    repeat, close in time) and given the same way.
     """
     planned = capacity * (1 - headroom)
     hw = replace(emulated_hardware(profile, rates, planned), name=runner.where())
-    rows = []
+    rows, plans = [], {}
     for name in strategies:
         plan = get(name)(profile, hw, planned)
         sim = simulate(profile, plan, hw, planned)
-        row = {"model": profile.model, "batch": profile.batch, "strategy": name, "plan": plan.policies(),
-               "predicted_s": sim.time, "predicted_peak_MB": sim.peak_bytes / 1e6,
-               "capacity_MB": capacity / 1e6, "measured_s": None, "measured_peak_MB": None,
-               "status": "ok" if sim.feasible else "OOM (simulated)",
-               "rates": rates.describe(),
-               "source": f"measured on {hw.name}; predicted by the simulator on the measured profile and the "
-                         f"rates measured on this machine (column rates)"}
+        rows.append({"model": profile.model, "batch": profile.batch, "strategy": name, "plan": plan.policies(),
+                     "predicted_s": sim.time, "predicted_peak_MB": sim.peak_bytes / 1e6,
+                     "capacity_MB": capacity / 1e6, "repeats": repeats, "measured_s": None, "measured_s_min": None,
+                     "measured_s_max": None, "measured_peak_MB": None,
+                     "status": "ok" if sim.feasible else "OOM (simulated)",
+                     "rates": rates.describe(),
+                     "source": f"measured on {hw.name}, median of {repeats} interleaved repeats; predicted by the "
+                               f"simulator on the measured profile and the rates measured on this machine "
+                               f"(column rates)"})
         if sim.feasible:
-            try:
-                memory, timed = runner(plan)
-                row.update(measured_s=statistics.median(r.time for r in timed),
-                           measured_peak_MB=memory.peak_bytes / 1e6)
-            except DeviceOOM as err:
-                row["status"] = f"OOM (measured): {err}"
-        rows.append(row)
+            plans[name] = plan
+    results = measure(runner, plans, repeats)
+    for row in rows:
+        result = results.get(row["strategy"])
+        if result is None:
+            continue
+        if "error" in result:
+            row["status"] = f"OOM (measured): {result['error']}"
+            continue
+        row["measured_s"], row["measured_s_min"], row["measured_s_max"] = _spread(result["times"])
+        row["measured_peak_MB"] = result["peak"] / 1e6
     df = pd.DataFrame(rows)
+    for column in ("measured_s", "measured_s_min", "measured_s_max", "measured_peak_MB"):
+        df[column] = pd.to_numeric(df[column])
     df["measured_over_predicted"] = df.measured_s / df.predicted_s
     df["peak_measured_over_predicted"] = df.measured_peak_MB / df.predicted_peak_MB
-    karma = df[df.strategy == "karma"]
-    if len(karma):
-        # ratios from this one run (the machine is noisy across runs, FACTS.md)
-        df["karma_speedup_measured"] = df.measured_s / karma.measured_s.iloc[0]
-        df["karma_speedup_predicted"] = df.predicted_s / karma.predicted_s.iloc[0]
+    karma = results.get("karma")
+    if "karma" in set(df.strategy):
+        speedups = {name: None for name in df.strategy}
+        if karma is not None and "error" not in karma:
+            for name, result in results.items():
+                if "error" not in result:
+                    speedups[name] = _spread([t / k for t, k in zip(result["times"], karma["times"], strict=True)])
+        for i, column in enumerate(("karma_speedup_measured", "karma_speedup_measured_min",
+                                    "karma_speedup_measured_max")):
+            df[column] = pd.to_numeric(df.strategy.map(lambda n, i=i: speedups[n][i] if speedups[n] else None))
+        df["karma_speedup_predicted"] = df.predicted_s / df[df.strategy == "karma"].predicted_s.iloc[0]
     return df

@@ -10,6 +10,7 @@ rule validate_runtime:
         batch=lambda wc: config["runtime"]["batch"].get(wc.model, 0),
         fraction=config["runtime"]["capacity_fraction"],
         steps=config["runtime"]["steps"],
+        repeats=config["runtime"].get("repeats", 3),
         strategies=config["runtime"]["strategies"],
         link_mbs=config["runtime"].get("link_mbs"),
         device=config["runtime"].get("device", "cpu"),

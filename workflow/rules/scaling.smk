@@ -45,6 +45,8 @@ rule validate_distributed:
     params:
         batch=config["distributed"]["batch"],
         steps=config["distributed"]["steps"],
+        repeats=config["distributed"].get("repeats", 3),
+        link_mbs=config["distributed"].get("link_mbs", 300),
     threads: config["distributed"]["ranks"]
     resources:
         measuring=1,
@@ -55,7 +57,7 @@ rule validate_distributed:
         "../../environment.yml"
     shell:
         "timeout 600 {resources.mpi} -n {resources.tasks} python -m karma.validate_dp {wildcards.model} --batch {params.batch} "
-        "--steps {params.steps} --out {output} > {log} 2>&1"
+        "--steps {params.steps} --repeats {params.repeats} --link-mbs {params.link_mbs} --out {output} > {log} 2>&1"
 
 
 rule distributed_table:

@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake inje
 from _log import logged  # noqa: E402
 
 from karma.figures import measured_vs_predicted_figure  # noqa: E402
+from karma.regress import PEAK_TARGET, STEP_TIME_TARGET  # noqa: E402
 from karma.tables import markdown_report  # noqa: E402
 
 sm = snakemake  # noqa: F821
@@ -24,8 +25,10 @@ with logged(sm):
         "and link (measured). The runtime's peak counts every tensor the step creates until it dies, plus",
         "weights, optimizer state and prefetched copies.",
         "",
-        f"Worst |measured / predicted - 1| of the step time: {worst:.3f} (target 0.15); of the peak: "
-        f"{peak_worst:.3f} (target 0.05).",
+        f"Worst |measured / predicted - 1| of the step time: {worst:.3f} (target {STEP_TIME_TARGET}); of the peak: "
+        f"{peak_worst:.3f} (target {PEAK_TARGET}); both enforced by `karma compare --strict` (karma/regress.py).",
+        "Measured times are the median of repeated runs, the strategies interleaved (columns _min, _max: the",
+        "range); KARMA's measured speedups are taken within each repeat.",
         "",
         "Rates of this machine the predictions use (karma/runtime/rates.py), per model's run:",
         "",
