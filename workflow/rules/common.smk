@@ -63,3 +63,10 @@ def large_nlp_tables(wildcards):
 
 def tp_validations(wildcards):
     return expand("results/tp_validation/{model}.csv", model=config["large_nlp"]["validate"]["models"])
+
+
+def profile_precision(model):
+    """The precision a paper-size model is profiled in: its experiment's (config `precision`)."""
+    wanted = config.get("precision", {})
+    key = "large_nlp" if model in config["large_nlp"]["models"] else "paper"
+    return wanted.get(key, "fp32")

@@ -28,6 +28,7 @@ rule large_nlp_whatif:
     params:
         hardware=config["large_nlp"]["whatif_hardware"],
         models=config["large_nlp"]["models"],
+        precision=config.get("precision", {}).get("whatif", "fp32"),
         nodes=config["large_nlp"]["whatif_nodes"],
     conda:
         "../../environment.yml"

@@ -1,5 +1,6 @@
 # Profiles: paper size on the simulated Hardware (analytic, meta device), and the
-# small presets measured on this machine.
+# small presets measured on this machine; each in its experiment's precision
+# (config `precision`: a large NLP model in `large_nlp`'s, the others in `paper`'s).
 
 
 rule profile_analytic:
@@ -15,6 +16,7 @@ rule profile_analytic:
         hardware=config["hardware"],
         reps=1,
         threads=1,
+        precision=lambda wc: profile_precision(wc.model),
     conda:
         "../../environment.yml"
     script:
@@ -34,6 +36,7 @@ rule profile_measured:
         hardware=config["measured"]["device"],
         reps=config["measured"]["reps"],
         threads=config["measured"]["threads"],
+        precision=config.get("precision", {}).get("measured", "fp32"),
     threads: config["measured"]["threads"]
     resources:
         # One measured job at a time so that timings are not disturbed by another job.

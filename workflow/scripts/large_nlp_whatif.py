@@ -20,7 +20,7 @@ with logged(sm):
     for name in sm.params.hardware:
         hw = load(name)
         for model in sm.params.models:
-            profile = analytic_profile(build(model, "paper", device="meta"), hw)
+            profile = analytic_profile(build(model, "paper", device="meta", precision=sm.params.precision), hw)
             outcome = run_strategy("karma", profile, hw)
             if outcome.plan is None:
                 print(f"{name} {model}: KARMA found no plan ({outcome.error}); skipped")
