@@ -103,5 +103,19 @@ def test_the_slurm_profile_dry_runs_with_mpi_jobs_under_srun(tmp_path):
     proc = run(cwd, "--workflow-profile", "workflow/profiles/slurm", "--configfile", "config/config.yaml",
                "config/cluster.yaml", "-n", "-p")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "srun -n 8 python -m karma.validate_tp" in proc.stdout
-    assert "srun -n 8 python -m karma.validate_dp" in proc.stdout
+    assert "srun --mpi=pmi2 -n 8 python -m karma.validate_tp" in proc.stdout
+    assert "srun --mpi=pmi2 -n 8 python -m karma.validate_dp" in proc.stdout
+
+
+def test_the_slurm_profile_asks_for_gpus_the_way_the_executor_accepts():
+    """snakemake-executor-plugin-slurm refuses --gres inside slurm_extra: GPUs go through its `gpu`
+    resource, one per MPI rank (issue 17; .ci/slurm runs this profile on a real one-node Slurm)."""
+    profile = yaml.safe_load((ROOT / "workflow/profiles/slurm/config.yaml").read_text())
+    cluster = yaml.safe_load((ROOT / "config/cluster.yaml").read_text())
+    rules = profile["set-resources"]
+    assert not any("gres" in str(r.get("slurm_extra", "")) for r in rules.values())
+    assert rules["profile_measured"]["gpu"] == rules["validate_runtime"]["gpu"] == 1
+    assert rules["validate_distributed"]["gpu"] == cluster["distributed"]["ranks"]
+    assert rules["validate_tensor_parallel"]["gpu"] == cluster["large_nlp"]["validate"]["ranks"]
+    assert all(rules[r]["tasks_per_gpu"] == 1 and rules[r]["mpi"].startswith("srun")
+               for r in ("validate_distributed", "validate_tensor_parallel"))
