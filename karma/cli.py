@@ -88,9 +88,12 @@ def write_profile(profile, out: Path, csv_path: Path | None) -> None:
 
 
 def make_profile(model: str, size: str, batch: int | None, source: str, hardware: str,
-                 reps: int = 5, threads: int | None = None, progress=None, precision: str = "fp32"):
+                 reps: int = 5, threads: int | None = None, progress=None, precision: str = "fp32",
+                 policy: str | None = None):
     """Build the model where the source needs it and profile it (shared by CLI and pipeline), in
-    `precision` ('fp32', or mixed precision 'fp16' / 'bf16'; the profile's dtype records it)."""
+    `precision` ('fp32', or mixed precision 'fp16' / 'bf16'; the profile's dtype records it); an
+    analytic profile in mixed precision follows `policy`'s autocast lists (karma.precision.MetaAutocast:
+    CUDA's by default, 'megatron' for Megatron-LM's half layer)."""
     from karma.hardware import load
     from models.registry import build, spec
 
@@ -99,7 +102,8 @@ def make_profile(model: str, size: str, batch: int | None, source: str, hardware
         hw = load(hardware)
         from karma.profile_analytic import analytic_profile
 
-        return analytic_profile(build(model, size, batch, device="meta", precision=precision), hw, progress)
+        return analytic_profile(build(model, size, batch, device="meta", precision=precision), hw, progress,
+                                policy)
     import torch
 
     choose("device for a measured profile", hardware, ["cpu", "cuda"])

@@ -44,6 +44,9 @@ INTEGERS = {"gpus_per_node"}
 TENSOR_FIELDS = {
     "tensor_tflops_fp16": ("flops_fp16", 1e12),
     "tensor_tflops_bf16": ("flops_bf16", 1e12),
+    # the narrowest GEMM dimension (m, n or k) at which a tensor-core GEMM runs at half its sustained
+    # rate: efficiency d / (d + this) (absent: every tensor-core GEMM at the sustained rate)
+    "tensor_half_rate_dim": ("tensor_half_dim", 1),
 }
 
 
@@ -74,12 +77,21 @@ class Hardware:
     description: str = ""
     flops_fp16: float = 0.0
     flops_bf16: float = 0.0
+    tensor_half_dim: float = 0.0
 
-    def matmul_flops(self, dtype: str) -> float:
+    def matmul_flops(self, dtype: str, narrow: float = 0.0) -> float:
         """Sustained rate of GEMMs and convolutions computing in `dtype` ('float32', 'float16',
-        'bfloat16'): the tensor-core rate of that precision where the preset gives one."""
+        'bfloat16'): the tensor-core rate of that precision where the preset gives one. With the
+        GEMM's narrowest dimension `narrow` (m, n or k), a tensor-core rate falls as d / (d + d_half)
+        (`tensor_half_dim`): narrow tiles leave tensor cores idle (Megatron's attention GEMMs over a
+        head of 96, a tensor-parallel shard's 192 columns, ResNet's 64-channel convolutions).
+        FP32 GEMMs keep the flat sustained rate (FP32 ResNet-50 on a V100 is calibrated with it)."""
         rate = {"float16": self.flops_fp16, "bfloat16": self.flops_bf16}.get(dtype, 0.0)
-        return rate or self.flops
+        if not rate or rate == self.flops:
+            return self.flops
+        if narrow and self.tensor_half_dim:
+            rate *= narrow / (narrow + self.tensor_half_dim)
+        return rate
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -112,7 +112,8 @@ def dp_view(hw: Hardware, tp: int) -> Hardware:
 def shard_profile(model: str, size: str, batch: int, tp: int, hw: Hardware, vocab_parallel: bool,
                   precision: str = "fp32") -> Profile:
     """Analytic profile (compute and memory only) of rank 0's shard chain at `batch`, in `precision`
-    (mixed precision: 16-bit weights, activations and all-reduces, fp32 masters; karma/precision.py)."""
+    (mixed precision: 16-bit weights, activations and all-reduces, fp32 masters; karma/precision.py;
+    the attention softmax in 16 bits, as Megatron-LM's half model runs it: MetaAutocast 'megatron')."""
     from karma.precision import to_precision
     from karma.profile_analytic import analytic_profile
     from karma.tensor_parallel import shard_chain
@@ -123,7 +124,7 @@ def shard_profile(model: str, size: str, batch: int, tp: int, hw: Hardware, voca
     chain = build(model, size, batch, device="meta", overrides=overrides, precision=precision)
     shard = shard_chain(chain, 0, tp, None)
     to_precision(shard.units, precision)
-    return analytic_profile(shard, hw)
+    return analytic_profile(shard, hw, policy="megatron")
 
 
 def with_tp_comm(profile: Profile, tp: int, allreduce, vocab_parallel: bool, hidden: int) -> tuple[Profile, float]:
@@ -152,14 +153,16 @@ def layout_plan(profile: Profile, recompute: bool) -> Plan:
                          strategy="megatron")
 
 
-def simulate_layout(model: str, layout: Layout, hw: Hardware, size: str = "paper") -> LayoutResult:
-    """Simulate one rank of `layout` on `hw` nodes (analytic profile)."""
+def simulate_layout(model: str, layout: Layout, hw: Hardware, size: str = "paper",
+                    order: str = "pipelined") -> LayoutResult:
+    """Simulate one rank of `layout` on `hw` nodes (analytic profile); `order='naive'` all-reduces the
+    data-parallel gradients after the backward, as Megatron-LM 2019 did."""
     check_placement(layout.tp, hw)
     from models.registry import spec
 
     profile = shard_profile(model, size, layout.micro_batch, layout.tp, hw, layout.vocab_parallel, layout.precision)
     return simulate_shard(profile, layout, lambda n: tp_allreduce_time(n, layout.tp, hw), dp_view(hw, layout.tp),
-                          spec(model).sizes[size]["hidden"])
+                          spec(model).sizes[size]["hidden"], order)
 
 
 def simulate_shard(profile: Profile, layout: Layout, allreduce, dp_hw: Hardware, hidden: int,
@@ -189,6 +192,23 @@ def simulate_shard(profile: Profile, layout: Layout, allreduce, dp_hw: Hardware,
                             f"{dp_hw.device_memory / 1e9:.3f} GB available")
     time = None if reason else sim.time + (passes - 1) * (alone.makespan - step)
     return LayoutResult(layout, time, peak, comm * passes, reason)
+
+
+def recompute_flops(profile: Profile, recomputed) -> float:
+    """FLOPs of one iteration of `profile` counting the recompute, as Megatron-LM reports them: forward
+    and backward of every unit plus the forward again of each unit in `recomputed` (names)."""
+    names = set(recomputed)
+    return sum(u.forward_flops + u.backward_flops + (u.forward_flops if u.name in names else 0.0)
+               for u in profile.units)
+
+
+def layout_flops(model: str, layout: Layout, hw: Hardware, size: str = "paper") -> float:
+    """FLOPs one GPU of `layout` does per iteration, the recompute included (Megatron's convention):
+    its shard's forward and backward (1/tp of the model's GEMMs), with every layer's forward once more
+    under activation checkpointing, times the gradient-accumulation passes."""
+    profile = shard_profile(model, size, layout.micro_batch, layout.tp, hw, layout.vocab_parallel, layout.precision)
+    layers = [u.name for u in profile.units if u.name.startswith("layer")] if layout.recompute else []
+    return recompute_flops(profile, layers) * layout.accumulation
 
 
 def degrees(model: str, gpus: int, hw: Hardware, size: str = "paper") -> list[int]:

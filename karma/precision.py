@@ -105,7 +105,8 @@ class MetaAutocast(TorchFunctionMode):
     """torch.autocast's casts, for tensors on the meta device (where autocast does nothing).
 
     `policy='cuda'` follows CUDA's autocast op lists (what the analytic profile predicts: a GPU);
-    'cpu' follows the CPU's (tests compare it with a real autocast run here). Operators in the
+    'cpu' follows the CPU's (tests compare it with a real autocast run here); 'megatron' is CUDA's
+    with the softmax left in 16 bits, as Megatron-LM's half model runs it (POLICIES). Operators in the
     lower-precision list get their fp32 inputs cast to `dtype`; those in the fp32 list get 16-bit
     inputs cast to fp32; the rest run in the type of their inputs.
     """
@@ -132,14 +133,33 @@ class MetaAutocast(TorchFunctionMode):
                 "triplet_margin_loss", "multi_margin_loss", "ctc_loss", "kl_div", "multilabel_margin_loss",
                 "binary_cross_entropy_with_logits"}
 
+    #: 'megatron': Megatron-LM 2019's own fp16 layer (Shoeybi et al. 2019; its mpu/transformer.py), which
+    #: runs the model in half (FP16_Module): the attention softmax on 16-bit scores, where autocast would
+    #: cast them to fp32 and back (two more passes over the (s x s) scores per head), and the causal mask
+    #: applied as torch.mul(scores, mask) - 10000.0 * (1.0 - mask) (two passes, where the zoo's layer
+    #: has one masked_fill). Scale, mask and softmax stay separate kernels: Megatron fused them only
+    #: in later versions.
+    POLICIES = ("cuda", "cpu", "megatron")
+
     def __init__(self, dtype: torch.dtype, policy: str = "cuda"):
         super().__init__()
-        self.dtype = dtype
-        self.fp32 = self.FP32_CUDA if policy == "cuda" else self.FP32_CPU
+        if policy not in self.POLICIES:
+            raise KarmaError(f"unknown autocast policy {policy!r}; valid: {', '.join(self.POLICIES)}")
+        self.dtype, self.policy = dtype, policy
+        self.fp32 = {"cuda": self.FP32_CUDA, "cpu": self.FP32_CPU,
+                     "megatron": self.FP32_CUDA - {"softmax"}}[policy]
+
+    @staticmethod
+    def megatron_mask(scores: torch.Tensor, mask: torch.Tensor, _value) -> torch.Tensor:
+        """Megatron-LM 2019's causal mask: keep = 1 where attended, scores * keep - 10000 (1 - keep)."""
+        keep = (~mask).to(scores.dtype)
+        return torch.mul(scores, keep) - 10000.0 * (1.0 - keep)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if self.policy == "megatron" and name == "masked_fill" and len(args) == 3 and args[0].is_floating_point():
+            return self.megatron_mask(*args)
         if name in self.LOWER:
             to, cast = self.dtype, (torch.float32,)
         elif name in self.fp32:

@@ -28,13 +28,14 @@ def roofline_time(ops: list[OpCost], hw: Hardware) -> float:
     """Launch + max(compute, traffic) per op; FLOPs (GEMMs and convolutions: the flop counter's
     only ops) at the rate of the type they compute in (tensor cores for 16-bit, Hardware.matmul_flops),
     bytes as moved (2 per element of a 16-bit tensor)."""
-    return sum(hw.kernel_launch + max(op.flops / hw.matmul_flops(op.dtype) if op.flops else 0.0,
+    return sum(hw.kernel_launch + max(op.flops / hw.matmul_flops(op.dtype, op.narrow) if op.flops else 0.0,
                                       op.bytes / hw.memory_bw) for op in ops)
 
 
-def analytic_profile(model: ChainModel, hw: Hardware, progress=None) -> Profile:
+def analytic_profile(model: ChainModel, hw: Hardware, progress=None, policy: str | None = None) -> Profile:
     """Profile `model` (built on the meta device) for `hw`, in the model's precision: mixed precision
-    is traced under CUDA's autocast rules (karma.precision.MetaAutocast)."""
+    is traced under CUDA's autocast rules (karma.precision.MetaAutocast), or `policy`'s ('megatron':
+    Megatron-LM's half model, whose attention softmax runs in 16 bits)."""
     if next(model.units.parameters()).device.type != "meta":
         raise ValueError("analytic_profile expects a model built on the meta device")
 
@@ -43,4 +44,4 @@ def analytic_profile(model: ChainModel, hw: Hardware, progress=None) -> Profile:
 
     return profile_chain(model, torch.device("meta"), timer, "analytic", hw.name,
                          "roofline per aten op: launch + max(FLOPs/sustained rate, bytes/memory bandwidth)",
-                         progress)
+                         progress, policy)

@@ -40,8 +40,9 @@ def weight_bytes(unit: torch.nn.Module, seen: set[int], optimizer: str = "sgd") 
 
 
 def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source: str, label: str,
-                  note: str, progress=None) -> Profile:
-    """Trace and time every unit of `model` on `device`; `progress(i, n, name)` after each."""
+                  note: str, progress=None, policy: str | None = None) -> Profile:
+    """Trace and time every unit of `model` on `device`; `progress(i, n, name)` after each; `policy`:
+    the autocast op lists of a mixed-precision trace on meta (karma.precision.MetaAutocast)."""
     x, y = model.make_batch(device=device)
     seen: set[int] = set()
     cache: dict[tuple, tuple[UnitTrace, float, float]] = {}
@@ -55,7 +56,7 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
         loss, target = (model.loss, y) if last else (None, None)
         key = unit_signature(unit, x, last)
         if key not in cache:
-            trace = trace_unit(unit, x, loss, target, model.precision)
+            trace = trace_unit(unit, x, loss, target, model.precision, policy)
             cache[key] = (trace, *timer(unit, x, loss, target, trace))
         trace, t_fwd, t_bwd = cache[key]
         params, buffers, tied, state = weight_bytes(unit, seen, model.optimizer)

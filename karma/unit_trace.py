@@ -9,7 +9,18 @@ the caller times the passes.
   applied per aten operator by our own dispatch mode, so the same pass
   also yields per-operator memory traffic for the roofline.
 * Memory traffic: bytes of every tensor an operator reads plus those it
-  writes; views move nothing.
+  writes; views, aliases (``_unsafe_view``) and allocation-only operators
+  (``empty_like``) move nothing and launch no kernel, so they are not
+  recorded as operators (their storages are still followed for memory).
+* Dropout as CUDA runs it: ``F.dropout`` in training on a CUDA tensor is one
+  fused kernel (``native_dropout``: read the input, write the output and a
+  1-byte mask; its backward reads the gradient and the mask, writes one
+  gradient), where the meta and CPU paths decompose it into
+  ``empty_like``/``bernoulli_``/``div_``/``mul``. The pass records the fused
+  kernel's traffic in their place (`FusedDropout`); what is saved for
+  backward stays what the traced path saves.
+* GEMM shape: the narrowest of a GEMM's or convolution's (m, n, k), for the
+  roofline's tensor-core efficiency (karma/profile_analytic.py).
 * Saved bytes: a saved_tensors_hooks pack hook, each storage counted once,
   parameters skipped (FACTS.md: otherwise ResNet is overcounted 1.5x).
 """
@@ -23,6 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.autograd.graph import get_gradient_edge
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
@@ -36,6 +48,15 @@ _SKIP = {
     torch.ops.aten.sym_size.default, torch.ops.aten.sym_stride.default, torch.ops.aten.sym_numel.default,
     torch.ops.prim.layout.default,
 }
+
+#: Operators that move no bytes and launch no kernel: aliases the dispatcher does not mark as views
+#: (`_unsafe_view` is `reshape`'s output on a contiguous tensor) and allocations without a fill.
+NO_KERNEL = {
+    "aten._unsafe_view", "aten.alias", "aten.detach", "aten.lift_fresh", "aten._reshape_alias",
+    "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
+}
+#: GEMM-like operators: (m, n, k) of the matrix product each runs, for `narrowest`
+GEMMS = {"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten.convolution", "aten.convolution_backward"}
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -55,6 +76,29 @@ class OpCost:
     flops: float
     bytes: float
     dtype: str = "float32"  # the type its floating-point inputs compute in (16-bit GEMMs use tensor cores)
+    narrow: float = 0.0  # a GEMM's or convolution's narrowest dimension (m, n or k); 0 for other operators
+
+
+def narrowest(name: str, args) -> float:
+    """The narrowest of (m, n, k) of the matrix product a GEMM-like operator runs: mm/addmm/bmm from
+    their operands; a convolution as the implicit GEMM (batch x output pixels) x C_out x (C_in/groups
+    x kernel), its backward from the same weight (data and weight gradients run the same dims)."""
+    try:
+        if name in ("aten.mm", "aten.bmm"):
+            a, b = args[0], args[1]
+        elif name in ("aten.addmm", "aten.baddbmm"):
+            a, b = args[1], args[2]
+        elif name == "aten.convolution":
+            x, w = args[0], args[1]
+            return float(min(w.shape[0], w[0].numel(), x.shape[0] * max(1, x[0, 0].numel())))
+        elif name == "aten.convolution_backward":
+            x, w = args[1], args[2]
+            return float(min(w.shape[0], w[0].numel(), x.shape[0] * max(1, x[0, 0].numel())))
+        else:
+            return 0.0
+        return float(min(a.shape[-2], a.shape[-1], b.shape[-1]))
+    except (AttributeError, IndexError, TypeError):
+        return 0.0
 
 
 class StorageLifetimes:
@@ -108,6 +152,7 @@ class OpRecorder(TorchDispatchMode):
     live: int = 0
     peak: int = 0
     base: Callable[[], int] | None = None
+    fusing: bool = False  # inside a fused kernel (FusedDropout): its parts are not recorded one by one
 
     def __post_init__(self):
         super().__init__()
@@ -134,14 +179,62 @@ class OpRecorder(TorchDispatchMode):
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         for t in outs:
             self._lifetimes.track(t, new_storage=not func.is_view)
-        if func.is_view:
+        name = str(packet)
+        if func.is_view or name in NO_KERNEL or self.fusing:
             return out
         flops = flop_registry[packet](*args, **kwargs, out_val=out) if packet in flop_registry else 0
         ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         moved = sum(t.numel() * t.element_size() for t in ins + outs)
         floats = [t.dtype for t in ins if t.is_floating_point()]
         dtype = str(floats[0]).removeprefix("torch.") if floats else "float32"
-        self.ops.append(OpCost(str(packet), float(flops), float(moved), dtype))
+        narrow = narrowest(name, args) if name in GEMMS else 0.0
+        self.ops.append(OpCost(name, float(flops), float(moved), dtype, narrow))
+        return out
+
+
+class FusedDropout(TorchFunctionMode):
+    """`F.dropout` in training costed as the one kernel PyTorch runs on CUDA (`native_dropout`, and
+    `native_dropout_backward` in the backward) instead of the decomposition the meta and CPU paths
+    dispatch: while it runs, `recorder` (the forward's, then the backward's: trace_unit swaps it)
+    records nothing, then one operator with the fused kernel's traffic."""
+
+    def __init__(self, recorder: OpRecorder):
+        super().__init__()
+        self.recorder = recorder
+
+    def _fused(self, name: str, elements: int, size: int, dtype: torch.dtype, reads: int) -> OpCost:
+        # `reads` tensors of the input's type read and one written, plus the 1-byte mask
+        moved = (reads + 1) * elements * size + elements
+        return OpCost(name, 0.0, float(moved), str(dtype).removeprefix("torch."))
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is not torch.nn.functional.dropout:
+            return func(*args, **kwargs)
+        x = args[0]
+        p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+        training = kwargs.get("training", args[2] if len(args) > 2 else True)
+        if not (training and 0 < p < 1 and x.numel()):
+            return func(*args, **kwargs)
+        recorder = self.recorder
+        recorder.fusing = True
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            recorder.fusing = False
+        n, size, dtype = x.numel(), x.element_size(), x.dtype
+        recorder.ops.append(self._fused("aten.native_dropout", n, size, dtype, reads=1))
+        node = out.grad_fn
+        if node is not None:
+            def begin(_grads):
+                self.recorder.fusing = True
+
+            def end(_inputs, _outputs):
+                self.recorder.fusing = False
+                self.recorder.ops.append(self._fused("aten.native_dropout_backward", n, size, dtype, reads=1))
+
+            node.register_prehook(begin)
+            node.register_hook(end)
         return out
 
 
@@ -199,9 +292,10 @@ def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = N
 
     handle = unit.register_forward_hook(forward_hook)
     fwd = OpRecorder()
+    dropout = FusedDropout(fwd)
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), fwd, \
-                autocast(x.device, precision, policy):
+                autocast(x.device, precision, policy), dropout:
             result = run_forward(unit, x, loss, target)
     finally:
         handle.remove()
@@ -224,6 +318,7 @@ def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = N
     # The backward's peak counts what is left of the forward's tensors too: autograd frees saved
     # tensors as it goes, so the transients may peak when part of the saved bytes are gone.
     bwd = OpRecorder(base=lambda: fwd.live)
+    dropout.recorder = bwd
     with bwd:
         torch.autograd.backward(edge, grad)
     del grad

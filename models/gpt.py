@@ -145,6 +145,7 @@ MEGATRON = "Shoeybi et al. 2019 (Megatron-LM), Table 1; vocab 51,200 (padded), s
 GPT_SPECS = [
     _spec("megatron-1.2b", 1536, 16, 40, 2, 1.2e9, MEGATRON, "Megatron-LM GPT-2 1.2B (h 1536, 40 layers)"),
     _spec("megatron-2.5b", 1920, 20, 54, 1, 2.5e9, MEGATRON, "Megatron-LM GPT-2 2.5B (h 1920, 54 layers)"),
+    _spec("megatron-4.2b", 2304, 24, 64, 1, 4.2e9, MEGATRON, "Megatron-LM GPT-2 4.2B (h 2304, 64 layers)"),
     _spec("megatron-8.3b", 3072, 32, 72, 1, 8.3e9, MEGATRON, "Megatron-LM GPT-2 8.3B (h 3072, 72 layers)"),
     _spec("turing-nlg-17b", 4256, 28, 78, 1, 17.2e9,
           "Microsoft Turing-NLG blog (2020): h 4256, 28 heads, 78 layers; 17.2B as in Smith et al. 2022 "

@@ -20,7 +20,9 @@ with logged(sm):
     for name in sm.params.hardware:
         hw = load(name)
         for model in sm.params.models:
-            profile = analytic_profile(build(model, "paper", device="meta", precision=sm.params.precision), hw)
+            # Megatron-LM's own half layer on both sides in mixed precision (karma/large_nlp.py)
+            profile = analytic_profile(build(model, "paper", device="meta", precision=sm.params.precision), hw,
+                                       policy="megatron")
             outcome = run_strategy("karma", profile, hw)
             if outcome.plan is None:
                 print(f"{name} {model}: KARMA found no plan ({outcome.error}); skipped")

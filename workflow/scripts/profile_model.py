@@ -23,7 +23,7 @@ with logged(sm):
 
     profile = make_profile(sm.wildcards.model, p.size, p.batch or None, p.source, device,
                            reps=p.reps, threads=p.threads, progress=progress,
-                           precision=getattr(p, "precision", "fp32"))
+                           precision=getattr(p, "precision", "fp32"), policy=getattr(p, "policy", None))
     write_profile(profile, Path(sm.output.json), Path(sm.output.csv))
     print(f"{profile.model} batch {profile.batch}: in-core peak {profile.in_core_peak_bytes() / 1e9:.3f} GB, "
           f"fwd+bwd {(profile.forward_time() + profile.backward_time()) * 1e3:.1f} ms, {profile.dtype} "
