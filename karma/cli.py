@@ -89,21 +89,24 @@ def write_profile(profile, out: Path, csv_path: Path | None) -> None:
 
 def make_profile(model: str, size: str, batch: int | None, source: str, hardware: str,
                  reps: int = 5, threads: int | None = None, progress=None, precision: str = "fp32",
-                 policy: str | None = None):
+                 policy: str | None = None, options: dict | None = None):
     """Build the model where the source needs it and profile it (shared by CLI and pipeline), in
     `precision` ('fp32', or mixed precision 'fp16' / 'bf16'; the profile's dtype records it); an
     analytic profile in mixed precision follows `policy`'s autocast lists (karma.precision.MetaAutocast:
-    CUDA's by default, 'megatron' for Megatron-LM's half layer)."""
+    CUDA's by default, 'megatron' for Megatron-LM's half layer). `model` is a zoo name or a model spec
+    (models/specs.py: torchvision:NAME, hf:..., package.module:function) with its `options`."""
     from karma.hardware import load
     from models.registry import build, spec
+    from models.specs import is_spec
 
-    spec(model)
+    if not is_spec(model):
+        spec(model)
     if source == "analytic":
         hw = load(hardware)
         from karma.profile_analytic import analytic_profile
 
-        return analytic_profile(build(model, size, batch, device="meta", precision=precision), hw, progress,
-                                policy)
+        return analytic_profile(build(model, size, batch, device="meta", precision=precision, overrides=options),
+                                hw, progress, policy)
     import torch
 
     choose("device for a measured profile", hardware, ["cpu", "cuda"])
@@ -114,8 +117,8 @@ def make_profile(model: str, size: str, batch: int | None, source: str, hardware
         raise KarmaError("CUDA was asked for but no CUDA device is available")
     from karma.profile_measured import measured_profile
 
-    return measured_profile(build(model, size, batch, device=device, precision=precision), reps=reps,
-                            progress=progress)
+    return measured_profile(build(model, size, batch, device=device, precision=precision, overrides=options),
+                            reps=reps, progress=progress)
 
 
 def cmd_profile(args) -> None:
@@ -124,8 +127,8 @@ def cmd_profile(args) -> None:
             print(f"  profiled {i + 1}/{n} units ({name})", file=sys.stderr)
 
     profile = make_profile(args.model, args.size, args.batch, args.source, args.hardware,
-                           args.reps, args.threads, progress, args.precision)
-    out = Path(args.out or f"{args.model}-{args.size}-{args.source}.json")
+                           args.reps, args.threads, progress, args.precision, options=spec_options(args))
+    out = Path(args.out or f"{args.model.replace(':', '-').replace('/', '_')}-{args.size}-{args.source}.json")
     write_profile(profile, out, Path(args.csv) if args.csv else None)
     print(f"{profile.model} {profile.size} batch {profile.batch}: {len(profile.units)} units, "
           f"fwd {profile.forward_time() * 1e3:.1f} ms + bwd {profile.backward_time() * 1e3:.1f} ms, "
@@ -219,7 +222,7 @@ def cmd_run(args) -> None:
                       capacity_fraction=args.capacity_fraction,
                       capacity_bytes=args.capacity_mb * 1e6 if args.capacity_mb else None, steps=args.steps,
                       link_bw=args.link_mbs * 1e6 if args.link_mbs else None, device=args.device,
-                      precision=args.precision)
+                      precision=args.precision, options=spec_options(args))
     if args.timeline:
         write_atomic(Path(args.timeline), _timeline_csv(result.reports[-1].timeline))
     last = result.reports[-1]
@@ -231,6 +234,13 @@ def cmd_run(args) -> None:
     print(f"  predicted {result.predicted.time:.4f} s/step, peak {result.predicted.peak_bytes / 1e6:.1f} MB of "
           f"{result.predicted.capacity / 1e6:.1f} MB [simulator on the measured profile]; measured/predicted "
           f"{result.median_time / result.predicted.time:.3f}")
+    if args.check_exact:
+        from karma.check_exact import check_exact
+
+        exact = check_exact(args.model, args.size, args.batch, result.plan, steps=args.steps,
+                            precision=args.precision, options=spec_options(args), capacity=result.predicted.capacity)
+        print(f"  {exact.line()}")
+        return 0 if exact.equal else 1
 
 
 def cmd_reference(args) -> None:
@@ -319,6 +329,28 @@ PRECISION_HELP = ("fp32, or mixed precision fp16 / bf16 (16-bit compute and acti
                   "and optimizer state, loss scaling for fp16)")
 
 
+def spec_options(args) -> dict | None:
+    """A model spec's options from the command line (models/specs.py); None for a zoo name."""
+    from models.specs import is_spec, parse_set
+
+    if not is_spec(args.model):
+        if args.set or args.seq or args.input or args.units:
+            raise KarmaError("--set, --seq, --input and --units are for model specs (torchvision:NAME, hf:..., "
+                             "package.module:function), not the zoo's names")
+        return None
+    return {"set": parse_set(args.set), "seq": args.seq, "input": args.input, "units": args.units}
+
+
+def add_spec_options(p) -> None:
+    p.add_argument("--set", nargs="+", metavar="KEY=VALUE",
+                   help="model spec overrides: builder arguments (torchvision:, module:function) or config fields "
+                        "(hf:), e.g. --set n_layer=48 n_embd=1600 n_head=25")
+    p.add_argument("--seq", type=_positive_int, help="hf: sequence length (default: its positions, at most 2048)")
+    p.add_argument("--input", help="torchvision: input shape per sample (default 3x224x224)")
+    p.add_argument("--units", type=_positive_int,
+                   help="model spec: merge the cut pieces into about N units of equal cost")
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Usage mistakes print one line (and `--help` points further), not the whole usage."""
 
@@ -332,7 +364,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("models", help="list the model zoo").set_defaults(func=cmd_models)
     sub.add_parser("hardware", help="list the hardware presets").set_defaults(func=cmd_hardware)
     prof = sub.add_parser("profile", help="profile a model (analytic on a preset, or measured here)")
-    prof.add_argument("model")
+    prof.add_argument("model", help="a zoo name (karma models) or a model spec: torchvision:NAME, hf:MODEL_TYPE, "
+                      "hf:path/config.json, package.module:function")
     prof.add_argument("--size", default="paper", help="size preset (paper, small, tiny)")
     prof.add_argument("--batch", type=_positive_int, help="batch size (default: the preset's)")
     prof.add_argument("--source", choices=["analytic", "measured"], default="analytic")
@@ -344,6 +377,7 @@ def parser() -> argparse.ArgumentParser:
     prof.add_argument("--out", help="JSON output path")
     prof.add_argument("--csv", help="also write the per-unit table as CSV")
     prof.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    add_spec_options(prof)
     prof.set_defaults(func=cmd_profile)
     pl = sub.add_parser("plan", help="plan a profile with a strategy (karma or a baseline); a plan that does not "
                         "fit the capacity is refused (exit 2, nothing written)")
@@ -363,7 +397,7 @@ def parser() -> argparse.ArgumentParser:
     sim.add_argument("--timeline", help="write the timeline as CSV (resource, op, block, start, end)")
     sim.set_defaults(func=cmd_simulate)
     run = sub.add_parser("run", help="train a few steps under a plan here (emulated device) and check the model")
-    run.add_argument("model")
+    run.add_argument("model", help="a zoo name or a model spec (see karma profile --help)")
     run.add_argument("--size", default="small")
     run.add_argument("--batch", type=_positive_int)
     run.add_argument("--strategy", default="karma", help="plan with this strategy (ignored with --plan)")
@@ -379,6 +413,9 @@ def parser() -> argparse.ArgumentParser:
                      help=PRECISION_HELP + "; bf16 on a CPU, fp16 and bf16 on CUDA")
     run.add_argument("--threads", type=_positive_int, default=1, help="torch compute threads (default 1)")
     run.add_argument("--timeline", help="write the last step's timeline as CSV")
+    run.add_argument("--check-exact", action="store_true",
+                     help="also train the same steps in plain PyTorch; exit 1 unless the weights are bitwise equal")
+    add_spec_options(run)
     run.set_defaults(func=cmd_run)
     meg = sub.add_parser("megatron", help="simulate Megatron hybrid parallelism (best layout, or the one given)")
     meg.add_argument("model")

@@ -88,7 +88,15 @@ def build(model: str, size: str = "paper", batch: int | None = None,
           device: str | torch.device = "cpu", seed: int = 0, overrides: dict | None = None,
           precision: str = "fp32") -> ChainModel:
     """Build `model` at `size` as a chain; `batch` defaults to the preset's batch; `precision`
-    'fp32', 'fp16' or 'bf16' (mixed precision, karma/precision.py)."""
+    'fp32', 'fp16' or 'bf16' (mixed precision, karma/precision.py). A model spec (`torchvision:NAME`,
+    `hf:MODEL_TYPE`, `package.module:function`, models/specs.py) is built and cut into a chain
+    automatically, `size` ignored, `overrides` its options (set, seq, input, units)."""
+    from models.specs import is_spec
+
+    if is_spec(model):
+        from models.specs import build as build_spec
+
+        return build_spec(model, batch, device, seed, overrides, precision)
     _check(model, size, batch)
     check_precision(precision)
     return chain_of(model, size, build_original(model, size, device, seed, overrides), batch, precision)

@@ -39,10 +39,11 @@ class RunResult:
 def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None = None, plan: Plan | None = None,
              capacity_fraction: float | None = 0.5, capacity_bytes: float | None = None, steps: int = 3,
              link_bw: float | None = None, device: str = "cpu", headroom: float = 0.05,
-             precision: str = "fp32") -> RunResult:
+             precision: str = "fp32", options: dict | None = None) -> RunResult:
     """Plan for the capacity less `headroom` (the memory model's few-percent error must not
     turn a planned fit into an OOM), check the plan with the simulator, run it under the
-    full capacity. `precision`: fp32, or mixed precision bf16 / fp16 (autocast, fp32 masters)."""
+    full capacity. `precision`: fp32, or mixed precision bf16 / fp16 (autocast, fp32 masters);
+    `options`: a model spec's options (models/specs.py)."""
     if device not in ("cpu", "cuda"):
         raise KarmaError(f"device must be cpu or cuda, got {device!r}")
     if steps < 1:
@@ -52,8 +53,9 @@ def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None =
         from karma.runtime import cuda
 
         gpu = cuda.require_cuda()
-    chain = build(model, size, batch, seed=1, device=gpu or "cpu", precision=precision)
-    profile = measured_profile(build(model, size, batch, seed=1, device=gpu or "cpu", precision=precision), reps=2)
+    chain = build(model, size, batch, seed=1, device=gpu or "cpu", precision=precision, overrides=options)
+    profile = measured_profile(build(model, size, batch, seed=1, device=gpu or "cpu", precision=precision,
+                                     overrides=options), reps=2)
     if gpu is not None:
         rates = cuda_rates(gpu, chain.optimizer)
     else:
