@@ -115,6 +115,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
         ratio = (wide[KARMA] / mp).dropna()
         smallest = {s: (wide.index[wide[s].notna()].min() if wide[s].notna().any() else None) for s in STRATEGIES}
         rows.append({"model": model, "hardware": hw,
+                     "precision": g.precision.iloc[0] if "precision" in g else "fp32",
                      "karma_min_nodes": smallest[KARMA], "megatron_min_nodes": smallest[MEGATRON],
                      "zero_min_nodes": smallest[ZERO],
                      "karma_over_best_mp_geomean": geomean(ratio) if len(ratio) else None,

@@ -65,8 +65,25 @@ def tp_validations(wildcards):
     return expand("results/tp_validation/{model}.csv", model=config["large_nlp"]["validate"]["models"])
 
 
-def profile_precision(model):
-    """The precision a paper-size model is profiled in: its experiment's (config `precision`)."""
+def profile_precision(model, label=None):
+    """The precision a paper-size model is profiled in: its experiment's (config `precision`), or the
+    one a results label names (`v100-abci+bf16`: the speedup table's precision variant)."""
+    if label and "+" in label:
+        return label.split("+", 1)[1]
     wanted = config.get("precision", {})
     key = "large_nlp" if model in config["large_nlp"]["models"] else "paper"
     return wanted.get(key, "fp32")
+
+
+def profile_policy(model, label=None):
+    """Autocast op lists of a mixed-precision analytic profile: Megatron-LM's own half layer for the
+    large NLP models (both sides of the comparison; karma/large_nlp.py), CUDA's for the rest."""
+    if model in config["large_nlp"]["models"] and not (label and "+" in label):
+        return "megatron"
+    return None
+
+
+def variant_strategy_tables(wildcards):
+    """The six models' strategy tables in the speedup table's precision variant."""
+    return expand("results/strategies/{hw}+{precision}/{model}.csv", hw=HARDWARE, precision=wildcards.precision,
+                  model=config["speedup_models"])

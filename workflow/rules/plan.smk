@@ -33,6 +33,32 @@ rule speedup_table:
         "logs/speedup_table.log",
     params:
         hardware=config["hardware"],
+        precision=config.get("precision", {}).get("paper", "fp32"),
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/speedup_table.py"
+
+
+rule speedup_table_precision:
+    # The same six-model table in another precision (config `precision: paper_variant`), from the same
+    # rules on profiles labelled `<hw>+<precision>`.
+    input:
+        variant_strategy_tables,
+    output:
+        csv="results/tables/speedups_{precision}.csv",
+        summary=report("results/tables/speedup_summary_{precision}.csv", caption="../report/speedup_summary.rst",
+                       category="1. Single GPU (simulated)"),
+        md="results/tables/speedups_{precision}.md",
+        figure=report("results/figures/speedups_{precision}.png", caption="../report/speedups.rst",
+                      category="1. Single GPU (simulated)"),
+    wildcard_constraints:
+        precision="fp32|fp16|bf16",
+    log:
+        "logs/speedup_table_{precision}.log",
+    params:
+        hardware=config["hardware"],
+        precision=lambda wc: wc.precision,
     conda:
         "../../environment.yml"
     script:

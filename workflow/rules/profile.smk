@@ -1,6 +1,7 @@
 # Profiles: paper size on the simulated Hardware (analytic, meta device), and the
 # small presets measured on this machine; each in its experiment's precision
-# (config `precision`: a large NLP model in `large_nlp`'s, the others in `paper`'s).
+# (config `precision`: a large NLP model in `large_nlp`'s, the others in `paper`'s; a label
+# `<hw>+<precision>` profiles in that precision: the speedup table's variant).
 
 
 rule profile_analytic:
@@ -16,7 +17,8 @@ rule profile_analytic:
         hardware=config["hardware"],
         reps=1,
         threads=1,
-        precision=lambda wc: profile_precision(wc.model),
+        precision=lambda wc: profile_precision(wc.model, wc.hw),
+        policy=lambda wc: profile_policy(wc.model, wc.hw),
     conda:
         "../../environment.yml"
     script:

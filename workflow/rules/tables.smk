@@ -40,3 +40,16 @@ rule paper_claims:
         "../../environment.yml"
     script:
         "../scripts/paper_claims.py"
+
+
+rule calibration:
+    output:
+        csv=report("results/tables/calibration.csv", caption="../report/calibration.rst",
+                   category="0. Models"),
+        md="results/tables/calibration.md",
+    log:
+        "logs/calibration.log",
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/calibration_table.py"

@@ -20,8 +20,14 @@ with logged(sm):
     table.to_csv(sm.output.csv, index=False)
     summ.to_csv(sm.output.summary, index=False)
     hw = sm.params.hardware
+    precision = sm.params.precision
     lines = [
-        f"# KARMA vs out-of-core baselines (simulated on `{hw}`)",
+        f"# KARMA vs out-of-core baselines (simulated on `{hw}`, {precision})",
+        "",
+        f"Precision: {precision}"
+        + (" (KARMA's paper: PyTorch 1.2 models in FP32; config `precision: paper`)." if precision == "fp32" else
+           " mixed precision (16-bit activations and GEMMs, fp32 masters; config `precision: paper_variant`), "
+           "the same batches, baselines and planner as the FP32 table (results/tables/speedups.md)."),
         "",
         "Every number is simulated: the performance model (karma/simulate.py) on analytic profiles at paper size.",
         "Speedup = baseline time / KARMA time from the same simulation; OOM = the plan does not fit in the "
