@@ -24,6 +24,7 @@ search walks towards feasibility.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -33,6 +34,9 @@ from karma.profile import Profile
 from karma.simulate import simulate
 
 INFEASIBLE = 1e9
+#: Annealing temperatures, as a fraction of the current time: at the start and at the end.
+HOT = 0.01
+COLD = 0.0002
 
 
 @dataclass
@@ -158,27 +162,33 @@ class Search:
             best = move
         return best
 
-    def perturb(self, state: State, rng: random.Random) -> State:
-        """A few random moves (and maybe a new depth or layout): an iterated-local-search kick."""
-        blocks, depth, layout = state
-        for _ in range(rng.randint(2, 3)):
-            blocks = rng.choice(list(self.block_moves(blocks)) or [blocks])
-        if rng.random() < 0.3:
-            depth = rng.choice(self.space.depths)
-        if rng.random() < 0.3:
-            layout = rng.choice(self.space.layouts)
-        return blocks, depth, layout
-
-    def iterate(self, best: State, budget: int, seed: int = 0, patience: int = 40) -> State:
-        """Iterated local search: kick, descend, move there if not slower, until `budget`
-        states have been simulated or `patience` kicks in a row did not improve the best."""
+    def anneal(self, best: State, budget: int, seed: int = 0, hot: float = HOT, cold: float = COLD) -> State:
+        """Simulated annealing from `best`: a random neighbour, taken if it fits and is not slower,
+        or slower by a fraction x of the current time with probability exp(-x / t), the
+        temperature t falling geometrically from `hot` to `cold` as the budget is spent
+        (`budget` states simulated, or three times as many moves); then steepest descent
+        from the fastest state seen. A walk crosses the ridges between plan families
+        (another prefetch depth makes a different set of blocks fit) that a descent
+        from a few kicked states rarely does."""
         rng = random.Random(seed)
-        stale, current = 0, best
-        while len(self.cache) < budget and stale < patience:
-            found = self.descend(self.perturb(current, rng), budget)
-            stale += 1
-            if self.cost(found) < self.cost(best) - 1e-12:
-                best, stale = found, 0
-            if self.cost(found) <= self.cost(current):
-                current = found
-        return best
+        start = len(self.cache)
+        total = max(budget - start, 1)
+        current, cost = best, self.cost(best)
+        moves, tries = None, 0
+        while len(self.cache) < budget and tries < 3 * total:
+            tries += 1
+            if moves is None:
+                moves = list(self.neighbours(current))
+                if not moves:
+                    break
+            move = rng.choice(moves)
+            new = self.cost(move)
+            spent = max((len(self.cache) - start) / total, tries / (3 * total))
+            heat = hot * (cold / hot) ** min(spent, 1.0)
+            if new <= cost or (new < INFEASIBLE and rng.random() < math.exp(-(new - cost) / (cost * heat))):
+                if move != current:
+                    moves = None
+                current, cost = move, new
+                if new < self.cost(best) - 1e-12:
+                    best = move
+        return self.descend(best, budget + total // 10)
