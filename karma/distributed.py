@@ -72,11 +72,12 @@ class Paced:
             time.sleep(left)
 
 
-def averaged(comm, network_bw: float | None = None, latency: float = 0.0, poll: float = 5e-4):
+def averaged(comm, network_bw: float | None = None, latency: float = 0.0, poll: float = 1e-3):
     """A reduce for HostWeights: start summing every gradient over the ranks (non-blocking);
     the returned wait completes the sums and divides by the number of ranks.
 
-    The wait polls (MPI_Testall, then `poll` seconds asleep) instead of MPI_Waitall, which
+    The wait polls (MPI_Testall, then `poll` seconds asleep, up to 10 `poll` while the emulated
+    time has that much left: fewer wake-ups on a busy machine) instead of MPI_Waitall, which
     busy-polls a core (FACTS.md): on 2 cores that core is the other rank's compute. MPICH
     progresses the requests inside each Testall. With `network_bw` the all-reduce is emulated on
     a network of that bandwidth per rank: done for real, it ends no earlier than the ring model's
@@ -95,8 +96,9 @@ def averaged(comm, network_bw: float | None = None, latency: float = 0.0, poll: 
         deadline = network.reserve(ring(nbytes, comm.size, network_bw, latency), start) if network else 0.0
 
         def wait():
+            # progress the requests every `poll` seconds until they are done, sleep out the rest
             while not MPI.Request.Testall(requests):
-                time.sleep(poll)
+                time.sleep(max(poll, min(deadline - time.perf_counter(), 10 * poll)))
             Paced.until(deadline)
             for g in grads:
                 g.div_(comm.size)

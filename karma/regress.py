@@ -166,8 +166,10 @@ def verdict(row) -> tuple[str, str]:
         return "ok", note
     if kind == "check":
         return ("ok", note) if now == 1 else ("FAILED", note or "check failed")
-    if not row.present_reference:
-        return "new", "not in the reference"
+    if kind == "measured" and math.isnan(now):
+        return "FAILED", "; ".join(w for w in ("not measured", note) if w)
+    if not row.present_reference or math.isnan(ref):
+        return "new", "not in the reference" if not row.present_reference else "no reference value"
     if kind == "simulated":
         if math.isnan(now):
             return "MISSING", "not in this run"

@@ -4,9 +4,9 @@
 all-reduce (alpha from a tiny message, beta from a large one), then, `--repeats` times, every
 rank measures the model's profile (all at once, under the same contention as training) and the
 ranks train with the pipelined and the naive order (interleaved, alternating which goes first).
-Rank 0 simulates both orders on each repeat's profile and writes measured and predicted step
-times and the naive/pipelined ratios, with median, min and max over the repeats (measured on
-cpu-emulated N MPI ranks; predicted by karma/simulate.py).
+Every rank simulates both orders on its repeat's profile (the slowest rank is the prediction);
+rank 0 writes measured and predicted step times and the naive/pipelined ratios, with median, min
+and max over the repeats (measured on cpu-emulated N MPI ranks; predicted by karma/simulate.py).
 
 Why the network and the host optimizer are emulated: with one rank per core, the ranks' compute
 takes every core of this machine. A real shared-memory all-reduce, or a real host optimizer
@@ -120,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             times = train_ranks(comm, chain, plan, global_chain, args.steps, link, order, warmup=1,
                                 network_bw=network_bw, host_bw=host_bw, latency=alpha)
             measured[order].append(statistics.median(comm.allgather(statistics.median(times))))
-            predicted[order].append(simulate(profile, plan, hw, gpus=n, order=order).time)
+            # Every rank predicts from its own profile; the slowest sets the pace of the collectives
+            # (a core shared with another process slows one rank, not all).
+            predicted[order].append(max(comm.allgather(simulate(profile, plan, hw, gpus=n, order=order).time)))
     df = None
     if comm.rank == 0:
         emulated = ("the MPI all-reduce and host optimizer of this machine" if args.real_network else

@@ -81,6 +81,11 @@ def test_accuracy_is_held_to_its_target_whatever_the_reference(value, target, ex
     assert verdicts(table((metric, "accuracy", 1.0, NAN, NAN, target)), table(row))[metric] == expected
 
 
+def test_a_reference_without_a_value_compares_as_new():
+    assert verdicts(table(meas(NAN, NAN, NAN)), table(meas(1.2, 1.1, 1.3)))[MEAS] == "new"
+    assert verdicts(table(meas(NAN, NAN, NAN)), table(meas(NAN, NAN, NAN)))[MEAS] == "FAILED"
+
+
 def test_missing_new_checks_and_reported():
     reference = table(sim(1.0), ("x/check", "check", 1.0, NAN, NAN, NAN))
     current = table(("x/check", "check", 0.0, NAN, NAN, NAN), ("y/new", "measured", 1.2, 1.1, 1.3, NAN),
