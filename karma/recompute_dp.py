@@ -88,11 +88,14 @@ def _front(parts, width: float):
     retained = np.concatenate([p[0][:p[3]] for p in parts]) + np.repeat([p[4] for p in parts], counts)
     cost = np.concatenate([p[1][:p[3]] for p in parts]) + np.repeat([p[5] for p in parts], counts)
     parent = np.concatenate([p[2][:p[3]] for p in parts])
-    bucket = np.floor(retained / width)
-    order = np.lexsort((cost, bucket))
-    first = np.ones(len(order), bool)
-    first[1:] = bucket[order][1:] != bucket[order][:-1]
-    order = order[first]
+    bucket = np.floor(retained / width).astype(np.int64)
+    bucket -= bucket.min()
+    # the cheapest state per bucket (the first of equal ones), without sorting all of them
+    least = np.full(bucket.max() + 1, np.inf)
+    np.minimum.at(least, bucket, cost)
+    cheapest = np.flatnonzero(cost == least[bucket])
+    _, first = np.unique(bucket[cheapest], return_index=True)
+    order = cheapest[first]  # bucket ascending
     running = np.minimum.accumulate(cost[order])
     better = np.ones(len(order), bool)
     better[1:] = cost[order][1:] < running[:-1]
