@@ -174,12 +174,14 @@ def find_pieces(gm: fx.GraphModule, model_name: str) -> tuple[list[list[fx.Node]
         if last_use[n] > reach:
             reach, blocker = last_use[n], n
         if longest is None or last_use[n] - index[n] > last_use[longest] - index[longest]:
-            longest = n if n.op != "placeholder" else longest
+            longest = n
     if not cuts:
-        held = longest if longest is not None else blocker
-        what = f"'{held.name}' (from {_where(held)})" if held is not None else "the input"
+        held = longest or blocker
+        what = "its input" if held is None or held.op == "placeholder" else f"'{held.name}' (from {_where(held)})"
+        user = max(held.users, key=index.get, default=None) if held is not None else None
+        at = f" by '{user.name}'" if user is not None else ""
         raise KarmaError(f"{model_name} cannot be a chain: no point in its graph where a single tensor carries "
-                         f"everything forward ({what} is read again near its end)")
+                         f"everything forward ({what} is read again{at}, near its end)")
     pieces: list[list[fx.Node]] = [[]]
     ends: list[fx.Node] = []
     for n in order[1:]:
