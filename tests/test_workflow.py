@@ -28,8 +28,8 @@ def copy_workflow(tmp_path) -> Path:
     return tmp_path
 
 
-def test_a_baseline_file_plus_its_name_in_the_config_reaches_the_table(tmp_path):
-    """The README's 'adding a baseline' recipe, end to end on a small config."""
+def test_a_baseline_file_and_an_extra_model_in_the_config_reach_the_table(tmp_path):
+    """The README's 'adding a baseline' and 'your own model' recipes, end to end on a small config."""
     import pandas as pd
 
     cwd = copy_workflow(tmp_path)
@@ -45,6 +45,7 @@ def test_a_baseline_file_plus_its_name_in_the_config_reaches_the_table(tmp_path)
     config.update(paper_models=["resnet1001", "megatron-2.5b"], speedup_models=["resnet1001"],
                   gantt_model="resnet1001", strategies=["vdnn", "keep-half", "karma"])
     config["large_nlp"]["models"] = ["megatron-2.5b"]
+    config["extra_models"] = [{"name": "my-mlp", "spec": "examples.own_model:mlp", "batch": 64}]
     (cwd / "config/config.yaml").write_text(yaml.safe_dump(config))
     env = {**__import__("os").environ, "PYTHONPATH": f"{cwd}:{ROOT}"}
     proc = subprocess.run([*SNAKEMAKE, "--cores", "2", "results/tables/speedups.csv"], cwd=cwd, env=env,
@@ -52,6 +53,8 @@ def test_a_baseline_file_plus_its_name_in_the_config_reaches_the_table(tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = pd.read_csv(cwd / "results/tables/speedups.csv")
     assert "keep-half" in set(table.strategy)
+    mine = table[table.model == "my-mlp"]
+    assert set(mine.strategy) == {"vdnn", "keep-half", "karma"} and (mine.batch == 64).all()
 
 
 def run(cwd, *args):

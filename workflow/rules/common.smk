@@ -32,12 +32,31 @@ for _hw in config["large_nlp"]["whatif_hardware"]:
         raise WorkflowError(f"config 'large_nlp: whatif_hardware': {err}") from None
 
 
+#: Your own models (config `extra_models`, README "Your own model"): name -> its entry.
+EXTRA = {m["name"]: m for m in config.get("extra_models", [])}
+_clash = [name for name in EXTRA if name in config["paper_models"] or ":" in name]
+if _clash:
+    raise WorkflowError(f"config 'extra_models': name '{_clash[0]}' is a zoo model's; give it another name")
+
+
 def paper_batch(wildcards):
+    if wildcards.model in EXTRA:
+        return EXTRA[wildcards.model].get("batch", 0)
     return config["batch"].get(wildcards.model, 0)
 
 
+def model_spec(wildcards):
+    """What make_profile builds for a model wildcard: a zoo name, or an extra model's spec."""
+    return EXTRA[wildcards.model]["spec"] if wildcards.model in EXTRA else wildcards.model
+
+
+def model_options(wildcards):
+    return EXTRA.get(wildcards.model, {}).get("options", {})
+
+
 def analytic_profiles(wildcards):
-    return expand("results/profiles/analytic/{hw}/{model}.json", hw=HARDWARE, model=config["paper_models"])
+    return expand("results/profiles/analytic/{hw}/{model}.json", hw=HARDWARE,
+                  model=config["paper_models"] + list(EXTRA))
 
 
 def measured_profiles(wildcards):
@@ -46,7 +65,7 @@ def measured_profiles(wildcards):
 
 
 def strategy_tables(wildcards):
-    return expand("results/strategies/{hw}/{model}.csv", hw=HARDWARE, model=config["speedup_models"])
+    return expand("results/strategies/{hw}/{model}.csv", hw=HARDWARE, model=config["speedup_models"] + list(EXTRA))
 
 
 def runtime_tables(wildcards):
@@ -70,6 +89,8 @@ def profile_precision(model, label=None):
     one a results label names (`v100-abci+bf16`: the speedup table's precision variant)."""
     if label and "+" in label:
         return label.split("+", 1)[1]
+    if model in EXTRA:
+        return EXTRA[model].get("precision", "fp32")
     wanted = config.get("precision", {})
     key = "large_nlp" if model in config["large_nlp"]["models"] else "paper"
     return wanted.get(key, "fp32")

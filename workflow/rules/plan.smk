@@ -33,6 +33,7 @@ rule speedup_table:
         "logs/speedup_table.log",
     params:
         hardware=config["hardware"],
+        paper_models=config["speedup_models"],
         precision=config.get("precision", {}).get("paper", "fp32"),
     conda:
         "../../environment.yml"

@@ -13,6 +13,8 @@ rule profile_analytic:
     params:
         source="analytic",
         size="paper",
+        spec=model_spec,
+        options=model_options,
         batch=paper_batch,
         hardware=config["hardware"],
         reps=1,

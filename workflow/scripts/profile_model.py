@@ -21,9 +21,15 @@ with logged(sm):
         if i + 1 == n or (i + 1) % max(1, n // 10) == 0:
             print(f"profiled {i + 1}/{n} units ({name})")
 
-    profile = make_profile(sm.wildcards.model, p.size, p.batch or None, p.source, device,
+    # a zoo name, or an extra model's spec and options (config extra_models)
+    profile = make_profile(getattr(p, "spec", sm.wildcards.model), p.size, p.batch or None, p.source, device,
                            reps=p.reps, threads=p.threads, progress=progress,
-                           precision=getattr(p, "precision", "fp32"), policy=getattr(p, "policy", None))
+                           precision=getattr(p, "precision", "fp32"), policy=getattr(p, "policy", None),
+                           options=dict(getattr(p, "options", {}) or {}) or None)
+    if getattr(p, "spec", sm.wildcards.model) != sm.wildcards.model:  # an extra model: its name in the tables
+        from dataclasses import replace
+
+        profile = replace(profile, model=sm.wildcards.model, note=f"model spec {p.spec} {dict(p.options or {})}")
     write_profile(profile, Path(sm.output.json), Path(sm.output.csv))
     print(f"{profile.model} batch {profile.batch}: in-core peak {profile.in_core_peak_bytes() / 1e9:.3f} GB, "
           f"fwd+bwd {(profile.forward_time() + profile.backward_time()) * 1e3:.1f} ms, {profile.dtype} "
