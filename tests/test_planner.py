@@ -192,3 +192,15 @@ def test_exact_recompute_seeds_tile_the_chain_and_fit(case):
     for state in exact_seeds(search, profile, capacity, Space()):
         assert [a for a, _, _ in state[0]] == [0] + [b for _, b, _ in state[0][:-1]] and state[0][-1][1] == n
         assert search.cost(state) < INFEASIBLE
+
+
+@SETTINGS
+@given(chains(min_units=2, max_units=8))
+def test_same_inputs_give_the_same_plan(case):
+    """The annealing walk is seeded: planning twice gives one plan."""
+    profile, hw, capacity = case
+    try:
+        first = plan(profile, hw, capacity)
+    except KarmaError:
+        return
+    assert plan(profile, hw, capacity) == first
