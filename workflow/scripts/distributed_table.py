@@ -19,7 +19,7 @@ with logged(sm):
     error = (per_model.ratio_measured_over_predicted - 1).abs()
     agree = ((per_model.naive_over_pipelined_measured - 1) * (per_model.naive_over_pipelined_predicted - 1) > 0)
     verdict = (f"The measured and predicted ratios agree in sign for every model and within {error.max():.3f} "
-               "(target {DP_RATIO_TARGET})." if agree.all() and error.max() <= DP_RATIO_TARGET else
+               f"(target {DP_RATIO_TARGET})." if agree.all() and error.max() <= DP_RATIO_TARGET else
                f"Not shown on this machine: the measured ratio disagrees with the prediction "
                f"(sign agrees for {int(agree.sum())} of {len(agree)} models, worst error {error.max():.3f}, target "
                f"{DP_RATIO_TARGET}); the measured number does not support the claim that pipelining is faster here.")
