@@ -27,6 +27,8 @@ from karma.plan import from_policies
 
 LAYOUTS = (("resident", 1), ("streamed", 1), ("streamed", 2))
 LENGTHS = (1, 2, 4, 8, 16)
+#: chains up to this many units are scanned for every k when the bisection's premise fails
+SCAN_UNITS = 64
 
 
 def prefix(profile, k: int, length: int = 1, weights: str = "resident", depth: int = 1):
@@ -43,8 +45,13 @@ def smallest_fitting(profile, hw, capacity, length: int, weights: str, depth: in
         return judge(profile, prefix(profile, k, length, weights, depth), hw, capacity).feasible
 
     n = len(profile.units)
+    if ok(0):  # in-core fits: nothing to checkpoint
+        return prefix(profile, 0, length, weights, depth)
     if not ok(n):
-        return prefix(profile, n, length, weights, depth)
+        # fitting need not grow with k (a recomputed unit's checkpoint can outweigh what it frees):
+        # on short chains try every k, on long ones k = n stays the most frugal guess
+        fits = next((k for k in range(1, n) if ok(k)), None) if n <= SCAN_UNITS else None
+        return prefix(profile, n if fits is None else fits, length, weights, depth)
     low, high = -1, n  # ok(high); low is below every fitting k found so far
     while high - low > 1:
         mid = (low + high) // 2
