@@ -279,7 +279,10 @@ def cmd_compare(args) -> int:
 
     if not Path(args.reference).exists():
         raise KarmaError(f"reference file not found: {args.reference} (karma reference writes one)")
-    diff = compare(read_reference(args.reference), collect(args.results))
+    reference, current = read_reference(args.reference), collect(args.results)
+    if args.kind:  # e.g. only the simulated numbers: a run elsewhere (Slurm, .ci/slurm) against a local one
+        reference, current = reference[reference.kind.isin(args.kind)], current[current.kind.isin(args.kind)]
+    diff = compare(reference, current)
     bad = diff[diff.verdict.isin(FAILING)]
     shown = diff if args.all else diff[diff.verdict != "ok"]
     if len(shown):
@@ -437,6 +440,8 @@ def parser() -> argparse.ArgumentParser:
     cmp.add_argument("--results", default="results")
     cmp.add_argument("--reference", default="results/reference/metrics.csv")
     cmp.add_argument("--all", action="store_true", help="show every number, not only the regressions")
+    cmp.add_argument("--kind", nargs="+", choices=["simulated", "measured", "accuracy", "reported", "check"],
+                     help="compare only numbers of these kinds (default: all)")
     cmp.add_argument("--out", help="also write the full diff table (Markdown)")
     cmp.add_argument("--strict", action="store_true",
                      help="exit 1 on any REGRESSION, MISSING or FAILED verdict (CI); without it the verdicts are "

@@ -221,3 +221,17 @@ def test_the_data_parallel_ratio_agrees_with_the_model_in_sign_and_within_its_ta
     results, reference = recorded
     write_results(results, dp_ratio=ratio)
     assert compare_cli(results, reference, "--strict") == expected
+
+
+def test_kind_compares_only_those_numbers(recorded):
+    """.ci/slurm holds a Slurm run's simulated numbers to a local run's; its measurements may differ."""
+    results, reference = recorded
+    runtime = [dict(r) for r in RUNTIME][:2]
+    runtime[1].update(karma_speedup_measured=NAN, karma_speedup_measured_min=NAN, karma_speedup_measured_max=NAN)
+    write_results(results, runtime)
+    assert compare_cli(results, reference, "--strict") == 1
+    assert compare_cli(results, reference, "--strict", "--kind", "simulated") == 0
+    frame = pd.read_csv(reference)
+    frame.loc[frame.metric == "speedups/m/karma/time_s", "value"] *= 0.9
+    frame.to_csv(reference, index=False)
+    assert compare_cli(results, reference, "--strict", "--kind", "simulated") == 1
