@@ -169,7 +169,7 @@ def find_pieces(gm: fx.GraphModule, model_name: str) -> tuple[list[list[fx.Node]
         if n is final:
             break
         if reach <= index[n] and isinstance(n.meta.get("val"), torch.Tensor) and n.op != "placeholder" and \
-                not any(_in_place_on(u, n, gm) for u in n.users):
+                not _written_in_place(n, gm):
             cuts.append(n)
         if last_use[n] > reach:
             reach, blocker = last_use[n], n
@@ -202,6 +202,24 @@ def find_pieces(gm: fx.GraphModule, model_name: str) -> tuple[list[list[fx.Node]
 
 
 _IN_PLACE_OPS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.iand, operator.ior}
+#: operations whose result may be a view of their first argument (an in-place write through it writes
+#: into the argument): EfficientNet's classifier flattens, then drops out in place
+_VIEW_NAMES = {"flatten", "view", "view_as", "reshape", "squeeze", "unsqueeze", "transpose", "permute", "t",
+               "expand", "narrow", "unflatten", "contiguous", "detach", "getitem", "select", "split", "chunk"}
+
+
+def _view_of(user: fx.Node, n: fx.Node, gm: fx.GraphModule) -> bool:
+    if not user.args or user.args[0] is not n:
+        return False
+    if user.op == "call_module":
+        return type(gm.get_submodule(user.target)).__name__ in ("Flatten", "Unflatten", "Identity")
+    name = user.target if user.op == "call_method" else getattr(user.target, "__name__", "")
+    return str(name).split(".")[-1] in _VIEW_NAMES
+
+
+def _written_in_place(n: fx.Node, gm: fx.GraphModule) -> bool:
+    """Some later op writes into `n`, directly or through views of it: a unit must not start at `n`."""
+    return any(_in_place_on(u, n, gm) or (_view_of(u, n, gm) and _written_in_place(u, gm)) for u in n.users)
 
 
 def _in_place_on(user: fx.Node, n: fx.Node, gm: fx.GraphModule) -> bool:
