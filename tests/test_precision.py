@@ -28,6 +28,7 @@ from karma.runtime.link import EmulatedLink
 from karma.runtime.streamed import HostWeights
 from karma.simulate import block_bytes, optimizer_traffic_bytes, simulate
 from models import build
+from tests.test_runtime import keep_or_recompute_plan
 
 MODELS = ["resnet50", "vgg16", "megatron-1.2b", "wrn28-10"]
 SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -228,17 +229,8 @@ def test_simulator_static_bytes_and_traffic_per_layout_in_mixed_precision(layout
         assert optimizer_traffic_bytes(2 * n, "adam", 12 * n) == 7 * 4 * n
 
 
-@st.composite
-def keep_or_recompute(draw):
-    name = draw(st.sampled_from(MODELS))
-    n = len(build(name, "tiny", device="meta"))
-    labels = draw(st.lists(st.sampled_from(["keep", "recompute"]), min_size=n, max_size=n))
-    segments = draw(st.lists(st.integers(0, n - 1), max_size=3))
-    return name, from_policies(name, 2, labels, segments=segments)
-
-
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-@given(keep_or_recompute())
+@given(keep_or_recompute_plan(tuple(MODELS)))
 def test_simulated_peak_within_5_percent_of_the_runtimes_in_bf16(case):
     """The profile traced on meta under CPU autocast rules (the runtime here is a CPU) predicts the
     peak the runtime measures with 16-bit weights and fp32 masters on its ledger."""
