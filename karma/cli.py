@@ -18,35 +18,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from karma.errors import KarmaError, choose, number
-
-
-def _positive(parse, kind: str):
-    """An argparse type: `parse` the text, then the value must be finite and > 0."""
-    def convert(text: str):
-        try:
-            return number(parse(text), "", positive=True, integer=parse is int)
-        except (ValueError, KarmaError):
-            raise argparse.ArgumentTypeError(f"must be a positive {kind}, got {text!r}") from None
-    return convert
-
-
-_positive_int = _positive(int, "integer")
-_positive_float = _positive(float, "number")
-
-
-def write_atomic(out: Path, content: str) -> None:
-    """Write `content` to `out` whole or not at all: a half-written file is never left behind."""
-    out = Path(out)
-    if out.is_dir():
-        raise KarmaError(f"{out}: is a directory; give a file name to write")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        tmp.write_text(content)
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
+from karma.cli_args import (
+    PRECISION_HELP,
+    PRECISIONS,
+    OneLineParser,
+    add_spec_options,
+    positive_float,
+    positive_int,
+    spec_options,
+)
+from karma.cli_regress import cmd_compare, cmd_reference
+from karma.errors import KarmaError, choose
+from karma.output import write_atomic
 
 
 def _timeline_csv(events) -> str:
@@ -243,57 +226,6 @@ def cmd_run(args) -> None:
         return 0 if exact.equal else 1
 
 
-def cmd_reference(args) -> None:
-    from karma.regress import collect
-
-    out = Path(args.out)
-    table = collect(args.results)
-    write_atomic(out, table.to_csv(index=False))
-    print(f"{len(table)} reference numbers ({(table.kind == 'simulated').sum()} simulated, "
-          f"{(table.kind == 'measured').sum()} measured) -> {out}")
-
-
-def read_reference(path):
-    """The reference table (karma reference): a CSV with columns metric, kind, value; one line if not."""
-    import io
-
-    import pandas as pd
-
-    from karma.errors import read_text
-
-    try:
-        table = pd.read_csv(io.StringIO(read_text(path, "reference")))
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as err:
-        raise KarmaError(f"{path}: not a CSV table ({str(err).splitlines()[0]})") from None
-    missing = [c for c in ("metric", "kind", "value") if c not in table.columns]
-    if missing:
-        raise KarmaError(f"{path}: missing column '{missing[0]}' (karma reference writes the file)")
-    if not pd.api.types.is_numeric_dtype(table.value):
-        raise KarmaError(f"{path}: column 'value' must hold numbers")
-    return table
-
-
-def cmd_compare(args) -> int:
-    from karma.regress import FAILING, SHOWN, collect, compare, summary
-    from karma.tables import to_markdown
-
-    if not Path(args.reference).exists():
-        raise KarmaError(f"reference file not found: {args.reference} (karma reference writes one)")
-    reference, current = read_reference(args.reference), collect(args.results)
-    if args.kind:  # e.g. only the simulated numbers: a run elsewhere (Slurm, .ci/slurm) against a local one
-        reference, current = reference[reference.kind.isin(args.kind)], current[current.kind.isin(args.kind)]
-    diff = compare(reference, current)
-    bad = diff[diff.verdict.isin(FAILING)]
-    shown = diff if args.all else diff[diff.verdict != "ok"]
-    if len(shown):
-        print(to_markdown(shown[SHOWN]))
-    print(summary(diff))
-    if args.out:
-        write_atomic(Path(args.out), "# The pipeline's numbers against the reference\n\n" + summary(diff) + "\n\n"
-                     + to_markdown(diff[SHOWN]) + "\n")
-    return 1 if args.strict and len(bad) else 0
-
-
 def cmd_megatron(args) -> None:
     """One Megatron layout (or the best one) simulated on a preset's nodes."""
     from karma.hardware import load
@@ -327,40 +259,6 @@ def cmd_megatron(args) -> None:
           f"[simulated, analytic profile]")
 
 
-PRECISIONS = ["fp32", "fp16", "bf16"]
-PRECISION_HELP = ("fp32, or mixed precision fp16 / bf16 (16-bit compute and activations, fp32 master weights "
-                  "and optimizer state, loss scaling for fp16)")
-
-
-def spec_options(args) -> dict | None:
-    """A model spec's options from the command line (models/specs.py); None for a zoo name."""
-    from models.specs import is_spec, parse_set
-
-    if not is_spec(args.model):
-        if args.set or args.seq or args.input or args.units:
-            raise KarmaError("--set, --seq, --input and --units are for model specs (torchvision:NAME, hf:..., "
-                             "package.module:function), not the zoo's names")
-        return None
-    return {"set": parse_set(args.set), "seq": args.seq, "input": args.input, "units": args.units}
-
-
-def add_spec_options(p) -> None:
-    p.add_argument("--set", nargs="+", metavar="KEY=VALUE",
-                   help="model spec overrides: builder arguments (torchvision:, module:function) or config fields "
-                        "(hf:), e.g. --set n_layer=48 n_embd=1600 n_head=25")
-    p.add_argument("--seq", type=_positive_int, help="hf: sequence length (default: its positions, at most 2048)")
-    p.add_argument("--input", help="torchvision: input shape per sample (default 3x224x224)")
-    p.add_argument("--units", type=_positive_int,
-                   help="model spec: merge the cut pieces into about N units of equal cost")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """Usage mistakes print one line (and `--help` points further), not the whole usage."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="karma", description="KARMA out-of-core training suite")
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
@@ -370,12 +268,12 @@ def parser() -> argparse.ArgumentParser:
     prof.add_argument("model", help="a zoo name (karma models) or a model spec: torchvision:NAME, hf:MODEL_TYPE, "
                       "hf:path/config.json, package.module:function")
     prof.add_argument("--size", default="paper", help="size preset (paper, small, tiny)")
-    prof.add_argument("--batch", type=_positive_int, help="batch size (default: the preset's)")
+    prof.add_argument("--batch", type=positive_int, help="batch size (default: the preset's)")
     prof.add_argument("--source", choices=["analytic", "measured"], default="analytic")
     prof.add_argument("--hardware", default="v100-abci",
                       help="preset name or YAML path (analytic); 'cpu' or 'cuda' (measured)")
-    prof.add_argument("--reps", type=_positive_int, default=5, help="timed repetitions (measured)")
-    prof.add_argument("--threads", type=_positive_int, help="torch threads (measured)")
+    prof.add_argument("--reps", type=positive_int, default=5, help="timed repetitions (measured)")
+    prof.add_argument("--threads", type=positive_int, help="torch threads (measured)")
     prof.add_argument("--precision", choices=PRECISIONS, default="fp32", help=PRECISION_HELP)
     prof.add_argument("--out", help="JSON output path")
     prof.add_argument("--csv", help="also write the per-unit table as CSV")
@@ -387,7 +285,7 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("profile", help="profile JSON (karma profile ...)")
     pl.add_argument("--strategy", default="karma")
     pl.add_argument("--hardware", default="v100-abci", help="preset name or YAML path")
-    pl.add_argument("--capacity-gb", type=_positive_float, help="device memory to plan for (default: the hardware's)")
+    pl.add_argument("--capacity-gb", type=positive_float, help="device memory to plan for (default: the hardware's)")
     pl.add_argument("--precision", choices=PRECISIONS,
                     help="the profile's precision (read from its dtype; given, it must match)")
     pl.add_argument("--out", help="plan JSON output path")
@@ -396,25 +294,25 @@ def parser() -> argparse.ArgumentParser:
     sim.add_argument("profile")
     sim.add_argument("plan")
     sim.add_argument("--hardware", default="v100-abci")
-    sim.add_argument("--capacity-gb", type=_positive_float)
+    sim.add_argument("--capacity-gb", type=positive_float)
     sim.add_argument("--timeline", help="write the timeline as CSV (resource, op, block, start, end)")
     sim.set_defaults(func=cmd_simulate)
     run = sub.add_parser("run", help="train a few steps under a plan here (emulated device) and check the model")
     run.add_argument("model", help="a zoo name or a model spec (see karma profile --help)")
     run.add_argument("--size", default="small")
-    run.add_argument("--batch", type=_positive_int)
+    run.add_argument("--batch", type=positive_int)
     run.add_argument("--strategy", default="karma", help="plan with this strategy (ignored with --plan)")
     run.add_argument("--plan", help="a plan JSON for this model and batch")
-    run.add_argument("--capacity-fraction", type=_positive_float, default=0.5,
+    run.add_argument("--capacity-fraction", type=positive_float, default=0.5,
                      help="device memory as a fraction of the in-core footprint (default 0.5)")
-    run.add_argument("--capacity-mb", type=_positive_float, help="device memory in MB (overrides the fraction)")
-    run.add_argument("--steps", type=_positive_int, default=3, help="timed steps, after one warm-up")
-    run.add_argument("--link-mbs", type=_positive_float,
+    run.add_argument("--capacity-mb", type=positive_float, help="device memory in MB (overrides the fraction)")
+    run.add_argument("--steps", type=positive_int, default=3, help="timed steps, after one warm-up")
+    run.add_argument("--link-mbs", type=positive_float,
                      help="emulated link MB/s (default: the V100's compute/PCIe ratio)")
     run.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     run.add_argument("--precision", choices=PRECISIONS, default="fp32",
                      help=PRECISION_HELP + "; bf16 on a CPU, fp16 and bf16 on CUDA")
-    run.add_argument("--threads", type=_positive_int, default=1, help="torch compute threads (default 1)")
+    run.add_argument("--threads", type=positive_int, default=1, help="torch compute threads (default 1)")
     run.add_argument("--timeline", help="write the last step's timeline as CSV")
     run.add_argument("--check-exact", action="store_true",
                      help="also train the same steps in plain PyTorch; exit 1 unless the weights are bitwise equal")
@@ -422,11 +320,11 @@ def parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     meg = sub.add_parser("megatron", help="simulate Megatron hybrid parallelism (best layout, or the one given)")
     meg.add_argument("model")
-    meg.add_argument("--gpus", type=_positive_int, required=True)
+    meg.add_argument("--gpus", type=positive_int, required=True)
     meg.add_argument("--hardware", default="v100-abci")
-    meg.add_argument("--global-batch", type=_positive_int, help="default: GPUs x the paper batch")
-    meg.add_argument("--tp", type=_positive_int, help="tensor-parallel degree (default: search)")
-    meg.add_argument("--micro-batch", type=_positive_int, default=1, help="with --tp")
+    meg.add_argument("--global-batch", type=positive_int, help="default: GPUs x the paper batch")
+    meg.add_argument("--tp", type=positive_int, help="tensor-parallel degree (default: search)")
+    meg.add_argument("--micro-batch", type=positive_int, default=1, help="with --tp")
     meg.add_argument("--recompute", action="store_true", help="with --tp: checkpoint every layer")
     meg.add_argument("--zero", action="store_true", help="ZeRO-1 optimizer-state partitioning")
     meg.add_argument("--precision", choices=PRECISIONS, default="fp32",

@@ -23,7 +23,8 @@ import time
 
 import torch
 
-from karma.mpi_job import abort, write_atomically
+from karma.mpi_job import abort
+from karma.output import write_atomically
 
 
 def layout(comm, tp: int):

@@ -10,8 +10,9 @@ from __future__ import annotations
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
+
+from karma.output import write_atomically
 
 
 def abort(comm, err: BaseException) -> int:
@@ -34,12 +35,3 @@ def write_table(comm, table, out: str | Path) -> int:
         print(table.drop(columns=["source"]).to_string())
     comm.Barrier()
     return 0
-
-
-def write_atomically(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """`write(tmp)` then rename tmp to `path`."""
-    out = Path(path)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    write(tmp)
-    tmp.replace(out)
-    return out

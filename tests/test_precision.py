@@ -9,6 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from karma.block_bytes import block_bytes
 from karma.cli import main
 from karma.hardware import load
 from karma.plan import from_policies
@@ -26,7 +27,7 @@ from karma.runtime.execute import make_optimizer, scaled, train_step
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
 from karma.runtime.streamed import HostWeights
-from karma.simulate import block_bytes, optimizer_traffic_bytes, simulate
+from karma.simulate import optimizer_traffic_bytes, simulate
 from models import build
 from tests.test_runtime import keep_or_recompute_plan
 
