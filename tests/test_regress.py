@@ -13,7 +13,8 @@ NAN = math.nan
 
 
 def table(*rows) -> pd.DataFrame:
-    return pd.DataFrame([(m, k, v, lo, hi, t, "") for m, k, v, lo, hi, t in rows], columns=COLUMNS)
+    rows = [row if len(row) == 7 else (*row, NAN) for row in rows]
+    return pd.DataFrame([(m, k, v, lo, hi, t, p, "") for m, k, v, lo, hi, t, p in rows], columns=COLUMNS)
 
 
 SIM = "speedups/m/karma/time_s"
@@ -24,8 +25,8 @@ def sim(value):
     return (SIM, "simulated", value, NAN, NAN, NAN)
 
 
-def meas(value, lo, hi, metric=MEAS):
-    return (metric, "measured", value, lo, hi, NAN)
+def meas(value, lo, hi, metric=MEAS, predicted=NAN):
+    return (metric, "measured", value, lo, hi, NAN, predicted)
 
 
 def verdicts(reference, current):
@@ -58,6 +59,17 @@ def test_a_measured_claim_that_changes_sign_is_a_regression():
     assert verdicts(table(meas(1.01, 0.98, 1.04)), table(meas(0.99, 0.97, 1.02)))[MEAS] == "ok"
 
 
+@pytest.mark.parametrize("predicted, expected", [(1.018, "ok"), (0.95, "ok"), (1.2, "REGRESSION"),
+                                                 (0.85, "REGRESSION"), (NAN, "REGRESSION")])
+def test_crossing_1_is_a_regression_only_where_the_model_predicts_a_difference(predicted, expected):
+    """A brand-new-venv run: Megatron's capuchin ratio 0.914 [0.896, 0.975] against a reference of 1.019
+    [1.017, 1.043], where the model predicts a tie (1.018): noise, not a regression."""
+    reference = table(meas(1.019, 1.017, 1.043, predicted=predicted))
+    assert verdicts(reference, table(meas(0.99, 0.975, 1.0, predicted=predicted)))[MEAS] == expected
+    # the spread rule still holds for a predicted tie
+    assert verdicts(reference, table(meas(0.8, 0.78, 0.82, predicted=predicted)))[MEAS] == "REGRESSION"
+
+
 def test_noise_inside_the_spread_passes_for_every_repeat_order():
     """Any new run whose repeats fall inside the reference's range is never a regression."""
     reference = table(meas(1.3, 1.2, 1.45))
@@ -79,6 +91,18 @@ def test_accuracy_is_held_to_its_target_whatever_the_reference(value, target, ex
     row = (metric, "accuracy", value, NAN, NAN, target)
     assert verdicts(table(), table(row))[metric] == expected
     assert verdicts(table((metric, "accuracy", 1.0, NAN, NAN, target)), table(row))[metric] == expected
+
+
+@pytest.mark.parametrize("value, lo, hi, expected", [
+    (1.152, 1.125, 1.254, "ok"),  # a brand-new-venv run: the median off, its least disturbed repeat within
+    (1.2, 1.16, 1.3, "FAILED"),  # every repeat off the target
+    (0.8, 0.7, 0.84, "FAILED"),
+    (0.84, 0.8, 0.86, "ok"),
+])
+def test_accuracy_is_judged_on_the_repeat_closest_to_the_prediction(value, lo, hi, expected):
+    metric = "runtime/m/checkpoint/step_measured_over_predicted"
+    row = (metric, "accuracy", value, lo, hi, 0.15)
+    assert verdicts(table(), table(row))[metric] == expected
 
 
 def test_a_reference_without_a_value_compares_as_new():
@@ -204,7 +228,8 @@ def test_a_baseline_measured_out_of_memory_fails_strict(recorded):
 
 
 @pytest.mark.parametrize("change, expected", [
-    ({"measured_over_predicted": 1.2}, 1),  # step time off its 0.15 target
+    ({"measured_over_predicted": 1.2, "measured_s_min": 1.17}, 1),  # every repeat's step off its 0.15 target
+    ({"measured_over_predicted": 1.2}, 0),  # the median off it, the fastest repeat (1.0) within
     ({"peak_measured_over_predicted": 1.07}, 1),  # peak off its 0.05 target
     ({"measured_over_predicted": 1.12, "peak_measured_over_predicted": 1.03}, 0),
 ])
