@@ -44,6 +44,15 @@ class ModelSpec:
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     optimizer: str
     published_params: float | None = None
+    #: the chain at layer granularity (`--granularity layer`): units finer than a residual block or
+    #: transformer layer, whose boundaries may carry several tensors (models/boundary.py); None if
+    #: the family has none
+    layer_units: Callable[[nn.Module], list[tuple[str, nn.Module]]] | None = None
+
+
+#: How finely a zoo model is cut into units: `block` (a residual block or transformer layer per
+#: unit, the paper's tables) or `layer` (KARMA's layers, finer than a block: reach beyond one block).
+GRANULARITIES = ("block", "layer")
 
 
 @dataclass
@@ -66,6 +75,7 @@ class ChainModel:
     optimizer: str
     config: Mapping = field(default_factory=dict)
     precision: str = "fp32"
+    granularity: str = "block"
 
     @property
     def unit_names(self) -> list[str]:

@@ -14,7 +14,7 @@ from torch import nn
 from karma.errors import KarmaError, choose
 from karma.precision import check as check_precision
 from karma.precision import to_precision
-from models.chain import ChainModel, ModelSpec, sequential
+from models.chain import GRANULARITIES, ChainModel, ModelSpec, sequential
 from models.gpt import GPT_SPECS
 from models.preact_resnet import RESNET1001
 from models.resnet import RESNET50, RESNET200
@@ -65,30 +65,43 @@ def build_original(model: str, size: str, device: str | torch.device = "cpu", se
         return s.build(**{**s.sizes[size], **(overrides or {})})
 
 
+def units_of(s: ModelSpec, granularity: str):
+    """The spec's unit splitter at `granularity` (models.chain.GRANULARITIES)."""
+    choose("granularity", granularity, GRANULARITIES)
+    if granularity == "block":
+        return s.units
+    if s.layer_units is None:
+        raise KarmaError(f"{s.name} has no layer granularity (block only)")
+    return s.layer_units
+
+
 def chain_of(model: str, size: str, original: nn.Module, batch: int | None = None,
-             precision: str = "fp32") -> ChainModel:
+             precision: str = "fp32", granularity: str = "block") -> ChainModel:
     """Split an already-built original module into a ChainModel sharing its parameters; in mixed
     precision its weights become 16-bit (karma.precision.to_precision, in place)."""
     s = _check(model, size, batch)
+    split = units_of(s, granularity)
     to_precision(original, precision)
     return ChainModel(
         name=model,
         size=size,
         batch=s.batch[size] if batch is None else batch,
-        units=sequential(s.units(original)),
+        units=sequential(split(original)),
         make_batch_fn=s.make_batch,
         loss=s.loss,
         optimizer=s.optimizer,
         config=dict(s.sizes[size]),
         precision=precision,
+        granularity=granularity,
     )
 
 
 def build(model: str, size: str = "paper", batch: int | None = None,
           device: str | torch.device = "cpu", seed: int = 0, overrides: dict | None = None,
-          precision: str = "fp32") -> ChainModel:
+          precision: str = "fp32", granularity: str = "block") -> ChainModel:
     """Build `model` at `size` as a chain; `batch` defaults to the preset's batch; `precision`
-    'fp32', 'fp16' or 'bf16' (mixed precision, karma/precision.py). A model spec (`torchvision:NAME`,
+    'fp32', 'fp16' or 'bf16' (mixed precision, karma/precision.py); `granularity` 'block' or
+    'layer' (models.chain.GRANULARITIES). A model spec (`torchvision:NAME`,
     `hf:MODEL_TYPE`, `package.module:function`, models/specs.py) is built and cut into a chain
     automatically, `size` ignored, `overrides` its options (set, seq, input, units)."""
     from models.specs import is_spec
@@ -97,6 +110,7 @@ def build(model: str, size: str = "paper", batch: int | None = None,
         from models.specs import build as build_spec
 
         return build_spec(model, batch, device, seed, overrides, precision)
-    _check(model, size, batch)
+    units_of(_check(model, size, batch), granularity)
     check_precision(precision)
-    return chain_of(model, size, build_original(model, size, device, seed, overrides), batch, precision)
+    return chain_of(model, size, build_original(model, size, device, seed, overrides), batch, precision,
+                    granularity)
