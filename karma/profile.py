@@ -48,6 +48,9 @@ class UnitProfile:
     its last tensor dies (karma/unit_trace.py). `tied_param_bytes`: weights this
     unit uses that an earlier unit owns (GPT's head and the embedding table);
     `shared_param_bytes`: this unit's own weights that a later unit uses too.
+    `carried_bytes`: the part of the input that the output hands on unchanged, one storage (a
+    skip connection riding along a unit finer than a residual block, models/layer_units.py):
+    its gradient is the output's gradient too, one tensor (`backward_transient`).
     """
 
     name: str
@@ -69,6 +72,7 @@ class UnitProfile:
     backward_workspace_bytes: int
     tied_param_bytes: int = 0
     shared_param_bytes: int = 0
+    carried_bytes: int = 0
 
 
 class GradientBytes:
@@ -90,10 +94,11 @@ class GradientBytes:
 def backward_transient(units, i: int) -> float:
     """Bytes unit i's backward holds besides saved tensors and weight gradients: its output's
     gradient (the last unit ends in the loss and starts from a scalar), its input's (the first
-    unit's input is the batch, which needs none) and its backward workspace."""
+    unit's input is the batch, which needs none) and its backward workspace; the gradient of a
+    carried input is the output's, counted once."""
     u = units[i]
     grad_out = 0 if i == len(units) - 1 else u.output_bytes
-    grad_in = 0 if i == 0 else u.input_bytes
+    grad_in = 0 if i == 0 else u.input_bytes - u.carried_bytes
     return grad_out + grad_in + u.backward_workspace_bytes
 
 

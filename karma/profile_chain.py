@@ -83,6 +83,7 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
             workspace_bytes=trace.workspace_bytes,
             backward_workspace_bytes=trace.backward_workspace_bytes,
             tied_param_bytes=tied,
+            carried_bytes=trace.carried_bytes,
         ))
         if progress:
             progress(i, len(named), name)

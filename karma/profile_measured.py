@@ -16,7 +16,8 @@ import torch
 
 from karma.profile import Profile
 from karma.profile_chain import profile_chain
-from karma.unit_trace import output_gradient, run_backward, run_forward
+from karma.unit_trace import run_backward, run_forward
+from models.boundary import tensors
 from models.chain import ChainModel
 
 
@@ -39,13 +40,14 @@ def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: in
     for r in range(warmup + reps):
         for p in unit.parameters():
             p.grad = None
-        x.grad = None
+        for t in tensors(x):
+            t.grad = None
         _sync(device)
         t0 = time.perf_counter()
         result = run_forward(unit, x, loss, target, precision)
         _sync(device)
         t1 = time.perf_counter()
-        run_backward(result, output_gradient(result))
+        run_backward(result)
         _sync(device)
         t2 = time.perf_counter()
         if r >= warmup:

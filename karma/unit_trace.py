@@ -249,15 +249,18 @@ class UnitTrace:
     saved_output_bytes: int
     input_bytes: int
     output_bytes: int
-    output: torch.Tensor
+    output: object  # the unit's output, detached: a tensor or a tuple of them (models/boundary.py)
     workspace_bytes: int = 0
     backward_workspace_bytes: int = 0
+    carried_bytes: int = 0
 
 
-def run_forward(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None, target,
-                precision: str = "fp32") -> torch.Tensor:
-    """The unit's forward (and the loss, for the last unit), under autocast in mixed precision."""
-    with autocast(x.device, precision):
+def run_forward(unit: torch.nn.Module, x, loss: Callable | None, target, precision: str = "fp32"):
+    """The unit's forward (and the loss, for the last unit), under autocast in mixed precision;
+    `x` is one tensor or a tuple of them (a boundary, models/boundary.py)."""
+    from models.boundary import tensors
+
+    with autocast(tensors(x)[0].device, precision):
         out = unit(x)
         return loss(out, target) if loss is not None else out
 
@@ -267,15 +270,33 @@ def output_gradient(result: torch.Tensor) -> torch.Tensor | None:
     return None if result.dim() == 0 else torch.ones_like(result)
 
 
-def run_backward(result: torch.Tensor, grad: torch.Tensor | None) -> None:
-    result.backward(grad)
+def backward_roots(result) -> list[torch.Tensor]:
+    """The output tensors a unit's backward starts from: those its own operations made (an input
+    handed on unchanged, a skip riding along, has no gradient function of this unit)."""
+    from models.boundary import tensors
+
+    return [t for t in tensors(result) if t.grad_fn is not None]
 
 
-def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = None, target=None,
+def run_backward(result, grad=None) -> None:
+    """Backward through a unit's output (one tensor or a boundary tuple), from ones (or `grad`)."""
+    roots = backward_roots(result)
+    if grad is not None:
+        torch.autograd.backward(roots, [grad] * len(roots) if isinstance(grad, torch.Tensor) else grad)
+    else:
+        torch.autograd.backward(roots, [output_gradient(t) for t in roots])
+
+
+def trace_unit(unit: torch.nn.Module, x, loss: Callable | None = None, target=None,
                precision: str = "fp32", policy: str | None = None) -> UnitTrace:
     """Forward (with `loss` for the last unit) and backward of one unit, counted. In mixed
     precision the forward runs under autocast (on meta its emulation with `policy`'s op lists,
-    karma.precision.MetaAutocast), so saved tensors are 2-byte where autocast makes them so."""
+    karma.precision.MetaAutocast), so saved tensors are 2-byte where autocast makes them so.
+    `x` is the unit's input boundary: one tensor or a tuple (models/boundary.py); its bytes,
+    and the output's, count each storage once, and an input handed on unchanged (a skip riding
+    along) is `carried_bytes`: its gradient is the output's, one tensor."""
+    from models.boundary import carried, nbytes, storages, tensors
+
     params = {storage_key(p) for p in unit.parameters()}
     saved: dict[int, int] = {}
 
@@ -295,23 +316,25 @@ def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = N
     dropout = FusedDropout(fwd)
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), fwd, \
-                autocast(x.device, precision, policy), dropout:
+                autocast(tensors(x)[0].device, precision, policy), dropout:
             result = run_forward(unit, x, loss, target)
     finally:
         handle.remove()
     output = captured.pop("out")
-    grad = output_gradient(result)
-    if grad is None:
-        grad = torch.ones((), dtype=result.dtype, device=result.device)
-    in_key, out_key, output_bytes = storage_key(x), storage_key(output), storage_bytes(output)
-    nxt = output.detach()  # a new tensor on the same storage: not counted, does not keep the output counted
+    roots = backward_roots(result)
+    grads = [torch.ones((), dtype=t.dtype, device=t.device) if output_gradient(t) is None else output_gradient(t)
+             for t in roots]
+    in_keys, out_keys = storages(x), storages(output)
+    output_bytes, kept = nbytes(output), carried(x, output)
+    # new tensors on the same storages: not counted, do not keep the output counted
+    nxt = tuple(t.detach() for t in output) if isinstance(output, tuple) else output.detach()
     # The backward starts from the output's gradient edge, not the output: in a run nobody but
     # autograd holds a unit's output during its backward, so an output the unit saved itself
     # (ResNet's last ReLU) is freed as soon as that op's backward is done. Holding it here made
     # every such unit's backward workspace one output too large (the runtime's ResNet-50 with
     # SuperNeurons' plan peaked 5.7% below the prediction, one output per stage).
-    edge = get_gradient_edge(result)
-    del output, result
+    edges = [get_gradient_edge(t) for t in roots]
+    del output, result, roots
     # What the memory model counts of this unit between its forward and backward: its saved
     # tensors (an output nobody saved is gone; the next unit saves it, or counts it in its workspace)
     saved_survivors = fwd.live
@@ -320,9 +343,12 @@ def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = N
     bwd = OpRecorder(base=lambda: fwd.live)
     dropout.recorder = bwd
     with bwd:
-        torch.autograd.backward(edge, grad)
-    del grad
-    input_grad = storage_bytes(x) if x.requires_grad else 0
+        if edges:
+            torch.autograd.backward(edges, grads)
+    del grads
+    # the input gradients the backward makes: not of a carried input (its gradient is the output's)
+    input_grad = sum(storage_bytes(t) for t in {storage_key(t): t for t in tensors(x) if t.requires_grad}.values()
+                     if storage_key(t) not in out_keys)
     param_grads = sum(storage_bytes(p) for p in unit.parameters() if p.requires_grad)
     # Transients beyond what the memory model counts separately: in the forward, what is not
     # saved (what dies before it ends, and an output nobody saved); in the backward, its peak
@@ -334,24 +360,28 @@ def trace_unit(unit: torch.nn.Module, x: torch.Tensor, loss: Callable | None = N
         forward_ops=fwd.ops,
         backward_ops=bwd.ops,
         saved_bytes=sum(saved.values()),
-        saved_input_bytes=saved.get(in_key, 0),
-        saved_output_bytes=saved.get(out_key, 0) if out_key != in_key else 0,
-        input_bytes=storage_bytes(x),
+        saved_input_bytes=sum(saved.get(key, 0) for key in in_keys),
+        saved_output_bytes=sum(saved.get(key, 0) for key in out_keys if key not in in_keys),
+        input_bytes=nbytes(x),
         output_bytes=output_bytes,
         output=nxt,
         workspace_bytes=workspace,
         backward_workspace_bytes=backward_workspace,
+        carried_bytes=kept,
     )
 
 
-def unit_signature(unit: torch.nn.Module, x: torch.Tensor, last: bool) -> tuple:
+def unit_signature(unit: torch.nn.Module, x, last: bool) -> tuple:
     """Units with the same structure and input cost the same: profile once."""
-    return (type(unit).__name__, repr(unit), tuple(x.shape), x.dtype, x.requires_grad, last)
+    from models.boundary import tensors
+
+    return (type(unit).__name__, repr(unit), tuple((tuple(t.shape), t.dtype, t.requires_grad) for t in tensors(x)),
+            last)
 
 
-def next_input(output: torch.Tensor) -> torch.Tensor:
-    """The next unit's input: the output, detached, carrying grad if floating point."""
-    nxt = output.detach()
-    if nxt.is_floating_point():
-        nxt.requires_grad_(True)
-    return nxt
+def next_input(output):
+    """The next unit's input: the output (a tensor or a boundary tuple), detached, floating tensors
+    carrying grad; a storage that appears twice stays one tensor."""
+    from models.boundary import detached
+
+    return detached(output)

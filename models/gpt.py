@@ -62,10 +62,37 @@ class GPTLayer(nn.Module):
         ctx = torch.matmul(probs, v).transpose(1, 2).reshape(b, s, h)
         return self.resid_drop(self.attn_proj(ctx))
 
+    def mlp(self, x):
+        return self.resid_drop(self.mlp_proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh")))
+
     def forward(self, x):
         x = x + self.attention(self.ln_1(x))
-        mlp = self.mlp_proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
-        return x + self.resid_drop(mlp)
+        return x + self.mlp(x)
+
+
+class AttentionHalf(nn.Module):
+    """``x -> x + attention(ln_1(x))``: the first half of a GPTLayer, holding only its own modules
+    (so the weights a half uploads and updates are its own); the residual stream is the boundary."""
+
+    def __init__(self, layer: GPTLayer):
+        super().__init__()
+        self.heads = layer.heads
+        self.ln_1, self.qkv, self.attn_proj = layer.ln_1, layer.qkv, layer.attn_proj
+        self.attn_drop, self.resid_drop = layer.attn_drop, layer.resid_drop
+
+    def forward(self, x):
+        return x + GPTLayer.attention(self, self.ln_1(x))
+
+
+class MlpHalf(nn.Module):
+    """``x -> x + mlp(ln_2(x))``: the second half of a GPTLayer."""
+
+    def __init__(self, layer: GPTLayer):
+        super().__init__()
+        self.ln_2, self.fc, self.mlp_proj, self.resid_drop = layer.ln_2, layer.fc, layer.mlp_proj, layer.resid_drop
+
+    def forward(self, x):
+        return x + GPTLayer.mlp(self, x)
 
 
 class GPTHead(nn.Module):
@@ -105,6 +132,16 @@ def units(model: GPT) -> list[tuple[str, nn.Module]]:
     return chain
 
 
+def layer_units(model: GPT) -> list[tuple[str, nn.Module]]:
+    """Each transformer layer as its attention and MLP halves (issue 16): the residual stream between
+    them is one tensor, so the halves need no multi-tensor boundary."""
+    chain: list[tuple[str, nn.Module]] = [("embedding", model.embedding)]
+    for i, layer in enumerate(model.layers):
+        chain += [(f"layer{i}_attention", AttentionHalf(layer)), (f"layer{i}_mlp", MlpHalf(layer))]
+    chain.append(("head", model.head))
+    return chain
+
+
 def make_batch(config, batch, device, seed):
     """Random token ids; targets are the inputs shifted by one (next-token LM)."""
     seq, vocab = config["seq"], config["vocab"]
@@ -134,6 +171,7 @@ def _spec(name, hidden, heads, layers, batch, params, source, description) -> Mo
         batch={"paper": batch, "small": 2, "tiny": 2},
         build=build,
         units=units,
+        layer_units=layer_units,
         make_batch=make_batch,
         loss=lm_loss,
         optimizer="adam",

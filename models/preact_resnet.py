@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.chain import ModelSpec, cifar_batch, staged_units
+from models.layer_units import layers_of, preact_layers
 
 
 class PreActBottleneck(nn.Module):
@@ -72,6 +73,16 @@ def units(model) -> list[tuple[str, nn.Module]]:
     return staged_units(model.stem, model.stages, "stage", model.head)
 
 
+def layer_units(model) -> list[tuple[str, nn.Module]]:
+    """One unit per layer (models/layer_units.py): the stem, each block's bn / ReLU / conv layers
+    with the skip riding along, and the head's layers."""
+    chain: list[tuple[str, nn.Module]] = [("stem", model.stem)]
+    for s, stage in enumerate(model.stages):
+        for b, block in enumerate(stage):
+            chain += preact_layers(f"stage{s + 1}_{b}", block)
+    return chain + layers_of(model.head, "head")
+
+
 RESNET1001 = ModelSpec(
     name="resnet1001",
     description="pre-activation ResNet-1001 (bottleneck, 111 blocks per stage), CIFAR-10 32x32",
@@ -84,6 +95,7 @@ RESNET1001 = ModelSpec(
     batch={"paper": 256, "small": 2, "tiny": 2},
     build=build,
     units=units,
+    layer_units=layer_units,
     make_batch=cifar_batch,
     loss=F.cross_entropy,
     optimizer="sgd",

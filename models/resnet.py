@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.chain import ModelSpec, random_images
+from models.layer_units import bottleneck_layers, layers_of
 
 LAYERS = {"resnet50": (3, 4, 6, 3), "resnet200": (3, 24, 36, 3)}
 
@@ -26,6 +27,18 @@ def units(model: nn.Module) -> list[tuple[str, nn.Module]]:
     for stage in (1, 2, 3, 4):
         for i, block in enumerate(getattr(model, f"layer{stage}")):
             chain.append((f"layer{stage}_{i}", block))
+    chain.append(("head", nn.Sequential(model.avgpool, nn.Flatten(1), model.fc)))
+    return chain
+
+
+def layer_units(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """One unit per layer (models/layer_units.py): the stem's conv, bn, ReLU and pool, each
+    block's layers with the skip riding along, and the head."""
+    stem = nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool)
+    chain = layers_of(stem, "stem")
+    for stage in (1, 2, 3, 4):
+        for i, block in enumerate(getattr(model, f"layer{stage}")):
+            chain += bottleneck_layers(f"layer{stage}_{i}", block)
     chain.append(("head", nn.Sequential(model.avgpool, nn.Flatten(1), model.fc)))
     return chain
 
@@ -49,6 +62,7 @@ def _spec(name: str, params: float, batch: int, small_batch: int) -> ModelSpec:
         batch={"paper": batch, "small": small_batch, "tiny": 2},
         build=build,
         units=units,
+        layer_units=layer_units,
         make_batch=make_batch,
         loss=F.cross_entropy,
         optimizer="sgd",

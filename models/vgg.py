@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.chain import ModelSpec, random_images
+from models.layer_units import layers_of
 
 VGG16 = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
 TINY = [8, "M", 16, "M", 16, 16, "M"]
@@ -49,6 +50,13 @@ def units(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return chain
 
 
+def layer_units(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """One unit per layer (conv, ReLU, pool; the classifier's linear, ReLU and dropout layers): VGG has no
+    skip connections, so every boundary is one tensor."""
+    return (layers_of(model.features, "features") + [("pool", nn.Sequential(model.avgpool, nn.Flatten(1)))]
+            + layers_of(model.classifier, "classifier"))
+
+
 def make_batch(config, batch, device, seed):
     res = config["resolution"]
     return random_images((3, res, res), config["num_classes"], batch, device, seed)
@@ -66,6 +74,7 @@ VGG16_SPEC = ModelSpec(
     batch={"paper": 208, "small": 2, "tiny": 2},
     build=build,
     units=units,
+    layer_units=layer_units,
     make_batch=make_batch,
     loss=F.cross_entropy,
     optimizer="sgd",

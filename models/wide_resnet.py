@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.chain import ModelSpec, cifar_batch, staged_units
+from models.layer_units import layers_of, preact_layers
 
 
 class WideBasic(nn.Module):
@@ -68,6 +69,16 @@ def units(model) -> list[tuple[str, nn.Module]]:
     return staged_units(model.stem, model.groups, "group", model.head)
 
 
+def layer_units(model) -> list[tuple[str, nn.Module]]:
+    """One unit per layer (models/layer_units.py): the stem, each block's bn / ReLU / conv layers
+    with the skip riding along, and the head's layers."""
+    chain: list[tuple[str, nn.Module]] = [("stem", model.stem)]
+    for s, stage in enumerate(model.groups):
+        for b, block in enumerate(stage):
+            chain += preact_layers(f"group{s + 1}_{b}", block)
+    return chain + layers_of(model.head, "head")
+
+
 WRN_28_10 = ModelSpec(
     name="wrn28-10",
     description="Wide ResNet 28-10 (pre-activation basic blocks, dropout 0.3), CIFAR-10 32x32",
@@ -80,6 +91,7 @@ WRN_28_10 = ModelSpec(
     batch={"paper": 1280, "small": 4, "tiny": 2},
     build=build,
     units=units,
+    layer_units=layer_units,
     make_batch=cifar_batch,
     loss=F.cross_entropy,
     optimizer="sgd",

@@ -33,6 +33,7 @@ from karma.runtime.saved import SavedTensors
 from karma.runtime.streamed import HostWeights
 from karma.simulate import Event
 from karma.unit_trace import storage_bytes, storage_key
+from models.boundary import rebuild, tensors
 from models.chain import ChainModel
 
 
@@ -218,6 +219,12 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
 
         return fn, mods
 
+    def checkpointed(fn, mods, x):
+        """A recomputed block: torch.utils.checkpoint over the boundary's tensors (a tuple of them when
+        the boundary carries several, models/boundary.py)."""
+        return checkpoint(lambda *flat: fn(rebuild(x, flat)), *tensors(x), use_reentrant=False,
+                          preserve_rng_state=True, context_fn=lambda: _keep_bn_statistics(mods))
+
     def issue_prefetch(j: int) -> None:
         if streamed:
             uploads[j] = optimizer.upload(j, link, ledger)
@@ -295,8 +302,7 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
                 with torch.autograd.graph.saved_tensors_hooks(stores[k].pack, stores[k].unpack) if hooked \
                         else contextlib.nullcontext():
                     if b.policy == "recompute":
-                        out = checkpoint(fn, x, use_reentrant=False, preserve_rng_state=True,
-                                         context_fn=lambda mods=mods: _keep_bn_statistics(mods))
+                        out = checkpointed(fn, mods, x)
                     else:
                         out = fn(x)
                 if stores[k].swap:
@@ -304,8 +310,10 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
                 record("forward", k, t0)
                 if streamed:
                     optimizer.evict(k, ledger)
-                if out.requires_grad and k < nb - 1:
-                    out.register_hook(on_block_backward(k))
+                roots = [t for t in tensors(out) if t.requires_grad]
+                if roots and k < nb - 1:  # the block's backward starts with the first gradient of its output
+                    torch.autograd.graph.register_multi_grad_hook(roots, on_block_backward(k), mode="any")
+                del roots
                 x = out
         loss = x
         value = loss.detach().item()

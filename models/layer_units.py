@@ -1,0 +1,133 @@
+"""Units finer than a residual block: one per layer, with boundaries that carry several tensors.
+
+At block granularity a residual block is one unit, so during its backward all of its saved
+tensors are on the device at once; at ResNet-50 batch 1440 one bottleneck block alone holds
+more than 16 GB (issue 16). Layer-level methods (vDNN, Rhu et al. MICRO'16; SuperNeurons,
+Wang et al. PPoPP'18; KARMA's own layers, Wahib et al. SC'20 Sec. III) cut at every layer
+instead. Inside a residual block the skip connection is alive beside the running activation,
+so a boundary there is a tuple ``(h, skip)`` (models/boundary.py): the layers of the main
+path map ``(h, skip) -> (f(h), skip)``, the projection shortcut maps ``(h, skip) -> (h, g(skip))``
+and the join adds them. Every unit holds the original block's own modules, so training the
+layer chain trains the original model (tests/test_layer_units.py).
+
+A ReLU is its own unit and out of place: an in-place ReLU would overwrite its input, which
+may be a recomputed block's checkpoint. A "layer" is one module, as in vDNN: merging a
+batch norm with its ReLU makes the merged backward hold the norm's input, the ReLU's output
+and two gradients at once (ResNet-50's stem at batch 1440: 18.5 GB).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from models.boundary import Boundary
+
+
+class Fork(nn.Module):
+    """``x -> (f(x), x)``: the first layer of a residual block; the block input rides along as the skip."""
+
+    def __init__(self, f: nn.Module):
+        super().__init__()
+        self.f = f
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.f(x), x
+
+
+class Along(nn.Module):
+    """``(h, skip) -> (f(h), skip)``: a layer of the main path inside a residual block."""
+
+    def __init__(self, f: nn.Module):
+        super().__init__()
+        self.f = f
+
+    def forward(self, b: Boundary) -> tuple[torch.Tensor, torch.Tensor]:
+        h, skip = b
+        return self.f(h), skip
+
+
+class Shortcut(nn.Module):
+    """``(h, skip) -> (h, g(skip))``: the projection shortcut of a block whose shape changes."""
+
+    def __init__(self, g: nn.Module):
+        super().__init__()
+        self.g = g
+
+    def forward(self, b: Boundary) -> tuple[torch.Tensor, torch.Tensor]:
+        h, skip = b
+        return h, self.g(skip)
+
+
+class PreShortcut(nn.Module):
+    """``(pre, x) -> (pre, g(pre))``: a pre-activation block's projection reads the activated input
+    (He et al. ECCV'16, Fig. 4e); the raw input is not needed after it."""
+
+    def __init__(self, g: nn.Module):
+        super().__init__()
+        self.g = g
+
+    def forward(self, b: Boundary) -> tuple[torch.Tensor, torch.Tensor]:
+        pre, _ = b
+        return pre, self.g(pre)
+
+
+class Join(nn.Module):
+    """``(h, skip) -> h + skip``: the end of a residual block."""
+
+    def forward(self, b: Boundary) -> torch.Tensor:
+        h, skip = b
+        return h + skip
+
+
+class Relu(nn.Module):
+    """An out-of-place ReLU (the module docstring says why not in place)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+
+def bottleneck_layers(name: str, block) -> list[tuple[str, nn.Module]]:
+    """torchvision's Bottleneck (or BasicBlock) as layers: conv-bn-relu per stage of the main
+    path, the downsample projection, the join and the final ReLU, in the original's order of
+    operations (torchvision.models.resnet.Bottleneck.forward)."""
+    convs = [getattr(block, f"conv{i}") for i in (1, 2, 3) if hasattr(block, f"conv{i}")]
+    norms = [getattr(block, f"bn{i}") for i in (1, 2, 3) if hasattr(block, f"bn{i}")]
+    out: list[tuple[str, nn.Module]] = [(f"{name}_conv1", Fork(convs[0]))]
+    for i, (conv, norm) in enumerate(zip(convs, norms, strict=True)):
+        if i:
+            out.append((f"{name}_conv{i + 1}", Along(conv)))
+        out.append((f"{name}_bn{i + 1}", Along(norm)))
+        if i < len(convs) - 1:
+            out.append((f"{name}_relu{i + 1}", Along(Relu())))
+    if block.downsample is not None:
+        out.append((f"{name}_downsample", Shortcut(block.downsample)))
+    out += [(f"{name}_add", Join()), (f"{name}_relu", Relu())]
+    return out
+
+
+def preact_layers(name: str, block) -> list[tuple[str, nn.Module]]:
+    """A pre-activation bottleneck (models/preact_resnet.py, or WRN's basic block) as layers:
+    bn-relu-conv per stage, the shortcut projection (of the activated input) where the shape
+    changes, and the join (PreActBottleneck.forward)."""
+    stages = [i for i in (1, 2, 3) if hasattr(block, f"conv{i}")]
+    out: list[tuple[str, nn.Module]] = [(f"{name}_bn1", Fork(block.bn1)), (f"{name}_relu1", Along(Relu()))]
+    if block.shortcut is not None:
+        out.append((f"{name}_shortcut", PreShortcut(block.shortcut)))
+    for i in stages:
+        if i > 1:
+            out += [(f"{name}_bn{i}", Along(getattr(block, f"bn{i}"))), (f"{name}_relu{i}", Along(Relu()))]
+        out.append((f"{name}_conv{i}", Along(getattr(block, f"conv{i}"))))
+        if i == 1 and isinstance(getattr(block, "dropout", None), nn.Dropout):
+            out.append((f"{name}_dropout", Along(block.dropout)))
+    out.append((f"{name}_add", Join()))
+    return out
+
+
+def layers_of(module: nn.Module, name: str) -> list[tuple[str, nn.Module]]:
+    """A plain sequence of layers (a stem or a head) as one unit per child module, ReLUs out of place."""
+    out = []
+    for child_name, child in module.named_children():
+        child = Relu() if isinstance(child, nn.ReLU) else child
+        out.append((f"{name}_{child_name}", child))
+    return out
