@@ -301,10 +301,7 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
                 hooked = track or stores[k].swap or streamed
                 with torch.autograd.graph.saved_tensors_hooks(stores[k].pack, stores[k].unpack) if hooked \
                         else contextlib.nullcontext():
-                    if b.policy == "recompute":
-                        out = checkpointed(fn, mods, x)
-                    else:
-                        out = fn(x)
+                    out = checkpointed(fn, mods, x) if b.policy == "recompute" else fn(x)
                 if stores[k].swap:
                     swapped[k] = stores[k].swap_out(link)
                 record("forward", k, t0)
