@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from karma.profile import Profile, UnitProfile, backward_transient
+from karma.profile import Profile, UnitProfile, backward_transient, output_gradient_bytes
 
 
 def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
@@ -21,7 +21,7 @@ def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
     first, last = units[0], units[-1]
     own = sum(u.saved_bytes for u in units) - sum(profile.shared_boundary_bytes(i) for i in range(start, stop - 1))
     transient = max(backward_transient(profile.units, i) for i in range(start, stop))
-    grad_out = 0 if stop == len(profile.units) else last.output_bytes  # as backward_transient
+    grad_out = output_gradient_bytes(profile.units, stop - 1)  # as backward_transient
     return UnitProfile(
         name=f"{first.name}..{last.name}" if stop - start > 1 else first.name,
         forward_time=sum(u.forward_time for u in units),
@@ -41,7 +41,9 @@ def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
         buffer_bytes=sum(u.buffer_bytes for u in units),
         optimizer_bytes=sum(u.optimizer_bytes for u in units),
         workspace_bytes=max(u.workspace_bytes for u in units),
-        backward_workspace_bytes=transient - grad_out - (first.input_bytes if start else 0),
+        backward_workspace_bytes=transient - grad_out - (first.input_bytes - first.grad_reused_bytes if start else 0),
+        grad_alias_bytes=first.grad_alias_bytes,
+        grad_reused_bytes=first.grad_reused_bytes,
     )
 
 

@@ -48,9 +48,17 @@ class UnitProfile:
     its last tensor dies (karma/unit_trace.py). `tied_param_bytes`: weights this
     unit uses that an earlier unit owns (GPT's head and the embedding table);
     `shared_param_bytes`: this unit's own weights that a later unit uses too.
-    `carried_bytes`: the part of the input that the output hands on unchanged, one storage (a
-    skip connection riding along a unit finer than a residual block, models/layer_units.py):
-    its gradient is the output's gradient too, one tensor (`backward_transient`).
+
+    A boundary may carry several tensors (the running activation and the skip of a unit finer
+    than a residual block, models/layer_units.py); then input and output bytes count each
+    storage once, and the gradients are as the chain makes them: `grad_alias_bytes` of the
+    input's are not distinct storages (a join hands its output's gradient to both of its
+    inputs: the gradient of its input boundary is one tensor), and `grad_reused_bytes` of them
+    the backward does not make (the output's gradient handed on, a skip's gradient that is the
+    output's). `boundary_out` names the output's storages, (id, bytes) each, ids unique within
+    the profile, and `boundary_saved` the ids of boundary storages the unit saves: with them the
+    simulator follows each boundary storage itself (karma/boundary_memory.py), held while any
+    holder needs it. Both are empty at block granularity, where a boundary is one tensor.
     """
 
     name: str
@@ -72,7 +80,10 @@ class UnitProfile:
     backward_workspace_bytes: int
     tied_param_bytes: int = 0
     shared_param_bytes: int = 0
-    carried_bytes: int = 0
+    grad_alias_bytes: int = 0
+    grad_reused_bytes: int = 0
+    boundary_out: tuple[tuple[int, int], ...] = ()
+    boundary_saved: tuple[int, ...] = ()
 
 
 class GradientBytes:
@@ -91,15 +102,19 @@ class GradientBytes:
         return u.param_bytes + u.tied_param_bytes - credit
 
 
+def output_gradient_bytes(units, i: int) -> float:
+    """Bytes of the gradient of unit i's output, as unit i+1's backward makes it (none for the last
+    unit, which ends in the scalar loss)."""
+    return 0 if i == len(units) - 1 else units[i].output_bytes - units[i + 1].grad_alias_bytes
+
+
 def backward_transient(units, i: int) -> float:
     """Bytes unit i's backward holds besides saved tensors and weight gradients: its output's
-    gradient (the last unit ends in the loss and starts from a scalar), its input's (the first
-    unit's input is the batch, which needs none) and its backward workspace; the gradient of a
-    carried input is the output's, counted once."""
+    gradient, the input gradients it makes (the first unit's input is the batch, which needs none)
+    and its backward workspace."""
     u = units[i]
-    grad_out = 0 if i == len(units) - 1 else u.output_bytes
-    grad_in = 0 if i == 0 else u.input_bytes - u.carried_bytes
-    return grad_out + grad_in + u.backward_workspace_bytes
+    grad_in = 0 if i == 0 else u.input_bytes - u.grad_reused_bytes
+    return output_gradient_bytes(units, i) + grad_in + u.backward_workspace_bytes
 
 
 #: fields of UnitProfile that may be negative (a backward that frees saved tensors before it peaks)
@@ -124,9 +139,25 @@ def _unit(raw, k: int) -> UnitProfile:
         where = f"units[{k}].{name}"
         if f.type == "str":
             values[name] = text(raw[name], where)
+        elif name in ("boundary_out", "boundary_saved"):
+            values[name] = _ids(raw[name], where, pairs=name == "boundary_out")
         else:
             values[name] = number(raw[name], where, integer=f.type == "int", signed=name in SIGNED)
     return UnitProfile(**values)
+
+
+def _ids(raw, where: str, pairs: bool) -> tuple:
+    """A list of storage ids (boundary_saved) or of [id, bytes] pairs (boundary_out), non-negative integers."""
+    if not isinstance(raw, (list, tuple)):
+        raise KarmaError(f"{where} must be a list, got {raw!r:.60}")
+    if not pairs:
+        return tuple(number(v, f"{where}[{j}]", integer=True) for j, v in enumerate(raw))
+    out = []
+    for j, pair in enumerate(raw):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise KarmaError(f"{where}[{j}] must be an [id, bytes] pair, got {pair!r:.60}")
+        out.append(tuple(number(v, f"{where}[{j}]", integer=True) for v in pair))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import torch
 
 from karma.precision import PROFILE_DTYPE, optimizer_bytes
 from karma.profile import Profile, UnitProfile
-from karma.unit_trace import UnitTrace, next_input, trace_unit, unit_signature
+from karma.unit_trace import UnitTrace, next_input, storage_bytes, storage_key, trace_unit, unit_signature
 from models.chain import ChainModel
 
 #: (unit, input, loss or None, target or None, trace) -> (forward s, backward s)
@@ -39,6 +39,44 @@ def weight_bytes(unit: torch.nn.Module, seen: set[int], optimizer: str = "sgd") 
     return params, buffers, tied, optimizer_bytes(owned, optimizer)
 
 
+def rebuilt_output(trace: UnitTrace, x):
+    """A unit's output boundary when its trace comes from an identical unit earlier in the chain:
+    what it hands on unchanged is this unit's own input tensor (the skip riding along is this block's,
+    not the earlier one's), what it makes is a new storage with the trace's values (free on meta)."""
+    from models.boundary import rebuild, tensors
+
+    ins, outs = tensors(x), tensors(trace.output)
+    made = [ins[j] if j is not None else torch.empty_like(t) if t.device.type == "meta" else t.clone()
+            for j, t in zip(trace.out_from_in, outs, strict=True)]
+    return rebuild(trace.output, made)
+
+
+class BoundaryIds:
+    """Ids of the storages that cross unit boundaries, unique within the profile, so that the simulator can
+    follow a storage several boundaries carry (a skip) as one (karma/boundary_memory.py)."""
+
+    def __init__(self):
+        self.ids: dict[int, int] = {}
+        self.several = False
+
+    def _id(self, t) -> int:
+        return self.ids.setdefault(storage_key(t), len(self.ids))
+
+    def unit(self, x, output, trace: UnitTrace, first: bool, last: bool) -> tuple[tuple, tuple]:
+        """(boundary_out, boundary_saved) of one unit: its output's storages (id, bytes) and the ids of
+        the boundary storages it saves (its input, unless it is the batch, and its new outputs)."""
+        from models.boundary import tensors
+
+        self.several |= isinstance(x, tuple) or isinstance(output, tuple)
+        ins, outs = tensors(x), tensors(output)
+        saved = [] if first else [self._id(ins[j]) for j in trace.saved_in]
+        if last:
+            return (), tuple(dict.fromkeys(saved))
+        saved += [self._id(outs[j]) for j in trace.saved_out]
+        out = {self._id(t): storage_bytes(t) for t in outs}
+        return tuple(out.items()), tuple(dict.fromkeys(saved))
+
+
 def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source: str, label: str,
                   note: str, progress=None, policy: str | None = None) -> Profile:
     """Trace and time every unit of `model` on `device`; `progress(i, n, name)` after each; `policy`:
@@ -50,15 +88,19 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
     owner: dict[int, int] = {}  # weight -> the first unit using it
     shared = [0] * len(model.units)
     named = list(model.units.named_children())
+    ids = BoundaryIds()
     for i, (name, unit) in enumerate(named):
         last = i == len(named) - 1
         unit.train()
         loss, target = (model.loss, y) if last else (None, None)
         key = unit_signature(unit, x, last)
-        if key not in cache:
+        fresh = key not in cache
+        if fresh:
             trace = trace_unit(unit, x, loss, target, model.precision, policy)
             cache[key] = (trace, *timer(unit, x, loss, target, trace))
         trace, t_fwd, t_bwd = cache[key]
+        output = trace.output if fresh else rebuilt_output(trace, x)
+        boundary_out, boundary_saved = ids.unit(x, output, trace, first=i == 0, last=last)
         params, buffers, tied, state = weight_bytes(unit, seen, model.optimizer)
         for p in unit.parameters():
             j = owner.setdefault(id(p), i)
@@ -83,14 +125,19 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
             workspace_bytes=trace.workspace_bytes,
             backward_workspace_bytes=trace.backward_workspace_bytes,
             tied_param_bytes=tied,
-            carried_bytes=trace.carried_bytes,
+            grad_alias_bytes=trace.grad_alias_bytes,
+            grad_reused_bytes=trace.grad_reused_bytes,
+            boundary_out=boundary_out,
+            boundary_saved=boundary_saved,
         ))
         if progress:
             progress(i, len(named), name)
-        x = next_input(trace.output)
+        x = next_input(output)
     for p in model.units.parameters():
         p.grad = None
     units = [replace(u, shared_param_bytes=shared[i]) for i, u in enumerate(units)]
+    if not ids.several:  # every boundary one tensor: the block-level memory model needs no storage ids
+        units = [replace(u, boundary_out=(), boundary_saved=()) for u in units]
     return Profile(model=model.name, size=model.size, batch=model.batch, source=source, device=label,
                    optimizer=model.optimizer, units=tuple(units), note=note,
                    dtype=PROFILE_DTYPE[model.precision])

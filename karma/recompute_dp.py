@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from karma.profile import GradientBytes, Profile, backward_transient
+from karma.profile import GradientBytes, Profile, backward_transient, output_gradient_bytes
 
 BUCKETS = 250
 
@@ -73,7 +73,7 @@ class Chain:
             fwd_peak = max(fwd_peak, own + self.ws[j])
             bwd_peak = max(bwd_peak, cum + self.trans[j] + self.gsuf[j])
             b = j + 1
-            waiting = float(u[j].output_bytes) if b < self.n else 0.0
+            waiting = float(output_gradient_bytes(u, j)) if b < self.n else 0.0
             recompute = max(rec_peak, before + own + last_ws) + waiting + self.gsuf[b]
             yield b, ckpt + max(fwd_peak, recompute, bwd_peak), ckpt, time
             rec_peak = max(rec_peak, before + own + self.ws[j])

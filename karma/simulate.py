@@ -61,7 +61,7 @@ from karma.hardware import Hardware
 from karma.network import allreduce_time, nodes_for
 from karma.plan import Plan
 from karma.precision import master_bytes
-from karma.profile import OPTIMIZER_STATE_FACTOR, GradientBytes, Profile, backward_transient
+from karma.profile import OPTIMIZER_STATE_FACTOR, GradientBytes, Profile, backward_transient, output_gradient_bytes
 from karma.schedule import Event, Schedule
 
 
@@ -238,7 +238,7 @@ def _backward(it: _Iteration) -> None:
         ready = max(bwd_ready, it.prefetch_end[k])
         first = True
         # the gradient of the block's output (made by the next unit's backward) waits through the recompute
-        waiting_grad = units[b.stop - 1].output_bytes if b.policy == "recompute" and b.stop < len(units) else 0.0
+        waiting_grad = output_gradient_bytes(units, b.stop - 1) if b.policy == "recompute" else 0.0
         if b.policy == "recompute":
             for i in b.units:
                 u = units[i]

@@ -252,7 +252,12 @@ class UnitTrace:
     output: object  # the unit's output, detached: a tensor or a tuple of them (models/boundary.py)
     workspace_bytes: int = 0
     backward_workspace_bytes: int = 0
-    carried_bytes: int = 0
+    # with a boundary of several tensors (models/boundary.py): see karma.profile.UnitProfile
+    grad_alias_bytes: int = 0
+    grad_reused_bytes: int = 0
+    saved_in: tuple[int, ...] = ()  # positions of the input tensors the unit saves
+    saved_out: tuple[int, ...] = ()  # positions of the (new) output tensors it saves
+    out_from_in: tuple[int | None, ...] = ()  # per output tensor: the input position it hands on, or None
 
 
 def run_forward(unit: torch.nn.Module, x, loss: Callable | None, target, precision: str = "fp32"):
@@ -293,9 +298,9 @@ def trace_unit(unit: torch.nn.Module, x, loss: Callable | None = None, target=No
     precision the forward runs under autocast (on meta its emulation with `policy`'s op lists,
     karma.precision.MetaAutocast), so saved tensors are 2-byte where autocast makes them so.
     `x` is the unit's input boundary: one tensor or a tuple (models/boundary.py); its bytes,
-    and the output's, count each storage once, and an input handed on unchanged (a skip riding
-    along) is `carried_bytes`: its gradient is the output's, one tensor."""
-    from models.boundary import carried, nbytes, storages, tensors
+    and the output's, count each storage once, and the gradients of its inputs are measured as
+    the chain makes them (`_boundary_gradients`)."""
+    from models.boundary import nbytes, storages, tensors
 
     params = {storage_key(p) for p in unit.parameters()}
     saved: dict[int, int] = {}
@@ -325,7 +330,14 @@ def trace_unit(unit: torch.nn.Module, x, loss: Callable | None = None, target=No
     grads = [torch.ones((), dtype=t.dtype, device=t.device) if output_gradient(t) is None else output_gradient(t)
              for t in roots]
     in_keys, out_keys = storages(x), storages(output)
-    output_bytes, kept = nbytes(output), carried(x, output)
+    output_bytes = nbytes(output)
+    multi = isinstance(x, tuple) or isinstance(output, tuple)
+    ins, outs = tensors(x), tensors(output)
+    positions = {storage_key(t): j for j, t in enumerate(ins)}
+    out_from_in = tuple(positions.get(storage_key(t)) for t in outs)
+    saved_in = tuple(j for j, t in enumerate(ins) if storage_key(t) in saved)
+    saved_out = tuple(j for j, t in enumerate(outs) if storage_key(t) in saved and out_from_in[j] is None)
+    del outs  # the output must not outlive the forward here (below: what survives it is what was saved)
     # new tensors on the same storages: not counted, do not keep the output counted
     nxt = tuple(t.detach() for t in output) if isinstance(output, tuple) else output.detach()
     # The backward starts from the output's gradient edge, not the output: in a run nobody but
@@ -342,14 +354,16 @@ def trace_unit(unit: torch.nn.Module, x, loss: Callable | None = None, target=No
     # tensors as it goes, so the transients may peak when part of the saved bytes are gone.
     bwd = OpRecorder(base=lambda: fwd.live)
     dropout.recorder = bwd
+    alias = reused = 0
     with bwd:
-        if edges:
+        if multi:
+            input_grad, param_grads, alias, reused = _boundary_gradients(unit, ins, edges, grads)
+        elif edges:
             torch.autograd.backward(edges, grads)
     del grads
-    # the input gradients the backward makes: not of a carried input (its gradient is the output's)
-    input_grad = sum(storage_bytes(t) for t in {storage_key(t): t for t in tensors(x) if t.requires_grad}.values()
-                     if storage_key(t) not in out_keys)
-    param_grads = sum(storage_bytes(p) for p in unit.parameters() if p.requires_grad)
+    if not multi:
+        input_grad = storage_bytes(x) if x.requires_grad else 0
+        param_grads = sum(storage_bytes(p) for p in unit.parameters() if p.requires_grad)
     # Transients beyond what the memory model counts separately: in the forward, what is not
     # saved (what dies before it ends, and an output nobody saved); in the backward, its peak
     # beyond the saved tensors (held until the unit's backward ends in the model) and the input
@@ -367,8 +381,41 @@ def trace_unit(unit: torch.nn.Module, x, loss: Callable | None = None, target=No
         output=nxt,
         workspace_bytes=workspace,
         backward_workspace_bytes=backward_workspace,
-        carried_bytes=kept,
+        grad_alias_bytes=alias,
+        grad_reused_bytes=reused,
+        saved_in=saved_in,
+        saved_out=saved_out,
+        out_from_in=out_from_in,
     )
+
+
+def _boundary_gradients(unit: torch.nn.Module, ins: tuple, edges: list, grads: list) -> tuple[int, int, int, int]:
+    """The backward of a unit whose boundary has several tensors, by torch.autograd.grad so that the
+    input gradients come back as the chain makes them (accumulating into leaf inputs would copy a
+    gradient two inputs share: the join of a residual block hands its output's gradient to both).
+    Returns (new input-gradient bytes, weight-gradient bytes, grad_alias_bytes, grad_reused_bytes):
+    gradients of two inputs that are one tensor are counted once (alias: input bytes less the
+    distinct gradient bytes), and an input gradient that is the output's gradient, or that of an
+    input handed on unchanged, is no new memory (reused: input bytes less the new bytes)."""
+    wanted = [t for t in ins if t.requires_grad]
+    params = [p for p in unit.parameters() if p.requires_grad]
+    found = torch.autograd.grad(edges, wanted + params, grads, allow_unused=True) if edges and wanted + params \
+        else [None] * (len(wanted) + len(params))
+    fed = {storage_key(g) for g in grads}
+    per_input: dict[int, tuple[int, object]] = {}  # input storage -> (bytes, its gradient's storage)
+    for t, g in zip(wanted, found[:len(wanted)], strict=True):
+        key = storage_key(t)
+        # no gradient here (an input handed on unchanged): the chain's is the output's, its own storage
+        per_input[key] = (storage_bytes(t), ("own", key) if g is None else storage_key(g))
+    distinct: dict[object, int] = {}
+    new: dict[object, int] = {}
+    for nbytes, gkey in per_input.values():
+        distinct.setdefault(gkey, nbytes)
+        if not (isinstance(gkey, tuple) or gkey in fed):
+            new.setdefault(gkey, nbytes)
+    total = sum(n for n, _ in per_input.values())
+    weight_grads = sum({storage_key(g): storage_bytes(g) for g in found[len(wanted):] if g is not None}.values())
+    return sum(new.values()), weight_grads, total - sum(distinct.values()), total - sum(new.values())
 
 
 def unit_signature(unit: torch.nn.Module, x, last: bool) -> tuple:
