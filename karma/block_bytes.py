@@ -1,5 +1,10 @@
 """What each block of a plan holds on the device and moves over the link (bytes): the simulator's
-memory attribution (karma/simulate.py's module docstring says when each is allocated and freed)."""
+memory attribution (karma/simulate.py's module docstring says when each is allocated and freed).
+
+A profile whose boundaries carry several tensors (layer granularity, issue 16) names the storages
+that cross boundaries (karma.profile.UnitProfile.boundary_out): then what blocks move is counted per
+storage, each once per copy as the runtime copies it, and what they hold here is only what is not
+such a storage; karma/boundary_memory.py holds those, each while anything needs it."""
 
 from __future__ import annotations
 
@@ -22,6 +27,14 @@ class BlockBytes:
     static: float  # buffers, plus resident weights (and device optimizer state)
     lent: list[float]  # per block: the boundary it shares with the next swapped block, fetched back by that one
     borrowed: list[float]  # per block: the previous swapped block's boundary that its own prefetch brings back
+    # What the simulator allocates itself (the rest is boundary storages, karma/boundary_memory.py);
+    # at block granularity, everything: ckpt, act - lent, back(k), borrowed and each unit's workspace.
+    mem_ckpt: list[float]
+    mem_out: list[float]
+    mem_back: list[float]
+    mem_borrowed: list[float]
+    workspace: list[float]
+    storages: bool = False
 
     def back(self, k: int) -> float:
         """Bytes block k's prefetch brings back (a swapped block)."""
@@ -29,6 +42,8 @@ class BlockBytes:
 
 
 def block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
+    if any(u.boundary_out for u in profile.units):
+        return _storage_block_bytes(profile, plan, host_side)
     units, blocks = profile.units, plan.blocks
     block_of = [0] * len(units)
     for k, b in enumerate(blocks):
@@ -50,10 +65,57 @@ def block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
     for k, b in enumerate(blocks):
         shared = profile.shared_boundary_bytes(b.start - 1) if k and blocks[k - 1].policy == "keep" else 0
         ckpt.append(units[b.start].input_bytes - shared)
+    params, state, uses, static = _weights(profile, plan, host_side)
+    return BlockBytes(own, act, ckpt, params, state, uses, static, lent, borrowed, mem_ckpt=ckpt,
+                      mem_out=[a - n for a, n in zip(act, lent, strict=True)],
+                      mem_back=[a - n + m for a, n, m in zip(act, lent, borrowed, strict=True)], mem_borrowed=borrowed,
+                      workspace=[float(u.workspace_bytes) for u in units])
+
+
+def _weights(profile: Profile, plan: Plan, host_side: bool):
+    """(params, state, uses per block; static bytes)."""
+    units, blocks = profile.units, plan.blocks
     params = [float(sum(units[i].param_bytes for i in b.units)) for b in blocks]
     state = [float(sum(units[i].optimizer_bytes for i in b.units)) for b in blocks]
     uses = [params[k] + sum(units[i].tied_param_bytes for i in b.units) for k, b in enumerate(blocks)]
     static = float(sum(u.buffer_bytes for u in units))
     if plan.weights != "streamed":
         static += sum(u.param_bytes + (0 if host_side else u.optimizer_bytes) for u in units)
-    return BlockBytes(own, act, ckpt, params, state, uses, static, lent, borrowed)
+    return params, state, uses, static
+
+
+def storage_bytes_of(profile: Profile) -> dict[int, int]:
+    """Bytes of every boundary storage of the profile, by id."""
+    return {sid: n for u in profile.units for sid, n in u.boundary_out}
+
+
+def _storage_block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
+    """BlockBytes of a profile with boundary storage ids: a block's copy moves its units' own saved
+    bytes and each boundary storage its units save once; between two swapped blocks, a storage both
+    save goes out with the earlier block's copy and back with the later one's prefetch (the runtime's
+    karma/runtime/saved.py, as vDNN offloads a layer's input once)."""
+    units, blocks = profile.units, plan.blocks
+    size = storage_bytes_of(profile)
+    own = [float(u.saved_bytes - sum(size[sid] for sid in u.boundary_saved)) for u in units]
+    if blocks[0].policy == "recompute":  # the batch: the first block's checkpoint, counted apart
+        own[0] -= min(units[0].saved_input_bytes, units[0].input_bytes)
+    saved = [{sid for i in b.units for sid in units[i].boundary_saved} for b in blocks]
+    nb = len(blocks)
+    shared = [0.0] * nb  # with the next block, both swapped
+    for k in range(nb - 1):
+        if blocks[k].policy == blocks[k + 1].policy == "swap":
+            shared[k] = float(sum(size[sid] for sid in saved[k] & saved[k + 1]))
+    lent, borrowed = shared, [0.0] + shared[:-1]
+    inner = [sum(own[i] for i in b.units) for b in blocks]
+    act = [inner[k] + sum(size[sid] for sid in saved[k]) - borrowed[k] for k in range(nb)]
+    batch = units[0].input_bytes  # the first unit's input is the batch: no id, held as before
+    ckpt = [float(units[b.start].input_bytes) for b in blocks]
+    mem_ckpt = [float(batch) if b.start == 0 else 0.0 for b in blocks]
+    outputs = [{sid for sid, _ in u.boundary_out} for u in units]
+    workspace = []
+    for i, u in enumerate(units):  # a new output nobody saves is held from the op's start (boundary_memory)
+        made = outputs[i] - (outputs[i - 1] if i else set()) - set(u.boundary_saved)
+        workspace.append(max(u.workspace_bytes - sum(size[sid] for sid in made), 0.0))
+    params, state, uses, static = _weights(profile, plan, host_side)
+    return BlockBytes(own, act, ckpt, params, state, uses, static, lent, borrowed, mem_ckpt=mem_ckpt,
+                      mem_out=inner, mem_back=inner, mem_borrowed=[0.0] * nb, workspace=workspace, storages=True)

@@ -58,9 +58,14 @@ class BoundaryIds:
     def __init__(self):
         self.ids: dict[int, int] = {}
         self.several = False
+        self._alive: list = []  # a freed storage's key may be reused: keep each one named alive (free on meta)
 
     def _id(self, t) -> int:
-        return self.ids.setdefault(storage_key(t), len(self.ids))
+        key = storage_key(t)
+        if key not in self.ids:
+            self.ids[key] = len(self.ids)
+            self._alive.append(t)
+        return self.ids[key]
 
     def unit(self, x, output, trace: UnitTrace, first: bool, last: bool) -> tuple[tuple, tuple]:
         """(boundary_out, boundary_saved) of one unit: its output's storages (id, bytes) and the ids of

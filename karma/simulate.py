@@ -56,6 +56,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from karma.block_bytes import BlockBytes, block_bytes
+from karma.boundary_memory import OpTimes, hold_boundary_storages
 from karma.errors import KarmaError
 from karma.hardware import Hardware
 from karma.network import allreduce_time, nodes_for
@@ -118,6 +119,7 @@ class _Iteration:
     host_end: float = 0.0
     net_end: float = 0.0
     pending: list[tuple[int, float]] = field(default_factory=list)
+    times: OpTimes = field(default_factory=OpTimes)
 
     @property
     def streamed(self) -> bool:
@@ -155,10 +157,12 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
     host_side = plan.host_optimizer if host_updates is None else (host_updates or plan.host_optimizer)
     nodes_for(gpus, hw)
     it = _Iteration(profile, plan, hw, Schedule(hw.link_duplex, record), block_bytes(profile, plan, host_side),
-                    host_side, gpus, order)
+                    host_side, gpus, order, times=OpTimes.sized(len(profile.units), len(plan.blocks)))
     _forward(it)
     _backward(it)
     end = _optimizer(it, optimizer_shards)
+    if it.by.storages:
+        hold_boundary_storages(profile, plan, it.s, it.times, it.swap_out_end, it.ckpt_out_end)
     return _result(it, end, capacity)
 
 
@@ -180,14 +184,16 @@ def _forward(it: _Iteration) -> None:
             ready = max(ready, max(it.swap_out_end[: k - depth + 1]), max(it.ckpt_out_end[: k - depth + 1]))
         if it.streamed:
             ready = max(ready, weights_up_end[k])
+        it.times.block_start[k] = ready
         if b.policy == "recompute":
-            s.alloc(ready, by.ckpt[k], k)
+            s.alloc(ready, by.mem_ckpt[k], k)
         first = True
         for i in b.units:
             u = units[i]
             keep = by.own[i] if b.policy != "recompute" else 0.0
             start, t = s.op("compute", "forward", k, ready, u.forward_time,
-                            alloc=by.own[i] + u.workspace_bytes, free=u.workspace_bytes + by.own[i] - keep)
+                            alloc=by.own[i] + by.workspace[i], free=by.workspace[i] + by.own[i] - keep)
+            it.times.forward[i] = (start, t)
             ready = t
             if first:
                 first = False
@@ -195,14 +201,13 @@ def _forward(it: _Iteration) -> None:
                     weights_up_end[k + depth] = it.upload(k + depth, start)
                 if b.policy == "recompute" and b.checkpoint == "host":
                     it.ckpt_out_end[k] = s.op("d2h", "offload checkpoint", k, start, by.ckpt[k] / hw.d2h_bw,
-                                              free=by.ckpt[k])[1]
+                                              free=by.mem_ckpt[k])[1]
         if it.streamed:
             s.release(t, by.uses[k], k, after_allocs=t == s.compute_start)
-        if k and by.borrowed[k]:  # the input it shares with the swapped block before: gone once both let go
-            s.release(max(t, it.swap_out_end[k - 1]), by.borrowed[k], k)
+        if k and by.mem_borrowed[k]:  # the input it shares with the swapped block before: gone once both let go
+            s.release(max(t, it.swap_out_end[k - 1]), by.mem_borrowed[k], k)
         if b.policy == "swap":
-            it.swap_out_end[k] = s.op("d2h", "swap out", k, t, by.act[k] / hw.d2h_bw,
-                                      free=by.act[k] - by.lent[k])[1]
+            it.swap_out_end[k] = s.op("d2h", "swap out", k, t, by.act[k] / hw.d2h_bw, free=by.mem_out[k])[1]
     it.forward_end = t
 
 
@@ -214,11 +219,11 @@ def _prefetch(it: _Iteration, k: int, issue: float) -> None:
     if it.streamed:
         end = it.upload(k, issue)
     if b.policy == "swap":
-        end = s.op("h2d", "prefetch", k, max(issue, it.swap_out_end[k]), by.back(k) / hw.h2d_bw,
-                   alloc=by.back(k))[1]
+        it.times.prefetch_start[k], end = s.op("h2d", "prefetch", k, max(issue, it.swap_out_end[k]),
+                                               by.back(k) / hw.h2d_bw, alloc=by.mem_back[k])
     elif b.policy == "recompute" and b.checkpoint == "host":
-        end = s.op("h2d", "prefetch checkpoint", k, max(issue, it.ckpt_out_end[k]), by.ckpt[k] / hw.h2d_bw,
-                   alloc=by.ckpt[k])[1]
+        it.times.prefetch_start[k], end = s.op("h2d", "prefetch checkpoint", k, max(issue, it.ckpt_out_end[k]),
+                                               by.ckpt[k] / hw.h2d_bw, alloc=by.mem_ckpt[k])
     it.prefetch_end[k] = end
 
 
@@ -242,13 +247,14 @@ def _backward(it: _Iteration) -> None:
         if b.policy == "recompute":
             for i in b.units:
                 u = units[i]
-                workspace = u.workspace_bytes
-                if i == b.stop - 1 and i < len(units) - 1 and not u.saved_output_bytes:
+                workspace = by.workspace[i]
+                if i == b.stop - 1 and i < len(units) - 1 and not u.saved_output_bytes and not by.storages:
                     # the recompute stops once the last saved tensor is made again (torch.utils.checkpoint's
                     # early stop): an output nobody saved, at the block's end, is not made again
                     workspace = max(workspace - u.output_bytes, 0)
                 start, ready = s.op("compute", "recompute", k, ready, u.forward_time,
                                     alloc=by.own[i] + workspace, free=workspace)
+                it.times.recompute[i] = (start, ready)
                 if first:
                     first = False
                     s.alloc(start, waiting_grad, k)
@@ -259,6 +265,7 @@ def _backward(it: _Iteration) -> None:
             transient = backward_transient(units, i)
             start, ready = s.op("compute", "backward", k, ready, u.backward_time,
                                 alloc=transient + tied_grads(u), free=transient + by.own[i])
+            it.times.backward[i] = (start, ready)
             if waiting_grad:  # from here it is the backward's own output gradient
                 s.release(start, waiting_grad, k)
                 waiting_grad = 0.0
@@ -268,7 +275,7 @@ def _backward(it: _Iteration) -> None:
                     _prefetch(it, k - depth, start)
         bwd_ready = ready
         if b.policy == "recompute":
-            s.release(ready, by.ckpt[k], k, after_allocs=ready == s.compute_start)
+            s.release(ready, by.mem_ckpt[k], k, after_allocs=ready == s.compute_start)
         _gradients_ready(it, k, ready)
     it.backward_end = bwd_ready
 

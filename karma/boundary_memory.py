@@ -1,0 +1,164 @@
+"""Device memory of the storages that cross unit boundaries, followed one by one (layer granularity).
+
+At block granularity a boundary is one tensor, and the simulator attributes it to the units
+that save it (karma/block_bytes.py, counted once where two units of a block share it). Finer
+than a residual block, a boundary carries the skip beside the running activation
+(models/layer_units.py), and one storage crosses many boundaries: the skip is the input of a
+block's first layer, rides along every layer of the main path and is read by the join. It is
+on the device while anything holds it, as in the runtime, whose ledger counts a storage once
+whatever holds it (karma/runtime/ledger.py). Its holders, each an interval of the simulated
+timeline (allocated at the start of an op, freed at the end, karma/schedule.py):
+
+* in flight: from the start of the forward of the unit that makes it to the end of the
+  forward of the last unit that reads it (the forward's running boundary holds it; its
+  maker's workspace leaves it out, karma.block_bytes);
+* each unit that saves it: kept, until that unit's backward ends; recomputed, during its
+  forward and again from its recompute to its backward; swapped, until its block's copy to
+  the host ends, and a prefetched copy (a storage of its own) from the prefetch to the last
+  backward reading it (between two swapped blocks that both save it: copied out with the
+  earlier block, back with the later one's prefetch, as karma/runtime/saved.py does);
+* during a recompute, what the recompute makes again until the last unit of the block
+  reading it has run again (a block's last output nobody saves is not made again:
+  torch.utils.checkpoint stops early);
+* a recomputed block's checkpoint (its input's storages): from the block's forward to the end
+  of the backward of its first unit that saves anything; a checkpoint on the host until its
+  copy ends, and back from its prefetch. A block that saves nothing (a join alone) keeps no
+  checkpoint: torch.utils.checkpoint holds its inputs only through what the block saved.
+
+The union of a storage's intervals is what it costs. The timeline does not depend on memory,
+so the intervals are collected after the simulation and added to the schedule before its
+peak is taken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from karma.block_bytes import storage_bytes_of
+from karma.plan import Plan
+from karma.profile import Profile
+from karma.schedule import Schedule
+
+Span = tuple[float, float]
+
+
+@dataclass
+class OpTimes:
+    """When each op of one simulated iteration ran, for the boundary storages' holders."""
+
+    forward: list[Span] = field(default_factory=list)  # per unit
+    recompute: list[Span | None] = field(default_factory=list)  # per unit (recomputed blocks)
+    backward: list[Span] = field(default_factory=list)  # per unit
+    block_start: list[float] = field(default_factory=list)  # per block: its forward may begin
+    prefetch_start: list[float] = field(default_factory=list)  # per block: its prefetch (swap, host checkpoint)
+
+    @classmethod
+    def sized(cls, units: int, blocks: int) -> OpTimes:
+        return cls([(0.0, 0.0)] * units, [None] * units, [(0.0, 0.0)] * units, [0.0] * blocks, [0.0] * blocks)
+
+
+class _Holds:
+    """Intervals per storage key; their union is allocated and freed on the schedule."""
+
+    def __init__(self):
+        self.spans: dict[object, list[tuple[float, float, int]]] = {}
+
+    def add(self, key, start: float, end: float, block: int) -> None:
+        self.spans.setdefault(key, []).append((start, max(start, end), block))
+
+    def to(self, s: Schedule, size: dict[int, int]) -> None:
+        for key, spans in self.spans.items():
+            nbytes = size[key if isinstance(key, int) else key[1]]
+            spans.sort()
+            start, end, block = spans[0]
+            for a, b, k in spans[1:]:
+                if a <= end:
+                    end = max(end, b)
+                    continue
+                _hold(s, start, end, nbytes, block)
+                start, end, block = a, b, k
+            _hold(s, start, end, nbytes, block)
+
+
+def _hold(s: Schedule, start: float, end: float, nbytes: float, block: int) -> None:
+    s.alloc(start, nbytes, block)
+    s.release(end, nbytes, block, after_allocs=end == start)
+
+
+def hold_boundary_storages(profile: Profile, plan: Plan, s: Schedule, t: OpTimes, swap_out_end: list[float],
+                           ckpt_out_end: list[float]) -> None:
+    """Add every boundary storage's device memory to `s` (the module docstring lists its holders)."""
+    units, blocks = profile.units, plan.blocks
+    size = storage_bytes_of(profile)
+    block_of = [0] * len(units)
+    for k, b in enumerate(blocks):
+        for i in b.units:
+            block_of[i] = k
+    outputs = [{sid for sid, _ in u.boundary_out} for u in units]
+    inputs = [set()] + outputs[:-1]
+    maker: dict[int, int] = {}
+    reader: dict[int, int] = {}
+    for i in range(len(units)):
+        for sid in outputs[i]:
+            maker.setdefault(sid, i)
+        for sid in inputs[i]:
+            reader[sid] = i
+    holds = _Holds()
+    for sid, i in maker.items():
+        holds.add(sid, t.forward[i][0], t.forward[reader.get(sid, i)][1], block_of[i])
+    saved = [{sid for i in b.units for sid in units[i].boundary_saved} for b in blocks]
+    for k, b in enumerate(blocks):
+        if b.policy == "swap":
+            _swapped(holds, k, plan, units, saved, t, swap_out_end)
+        for i in b.units:
+            for sid in units[i].boundary_saved:
+                if b.policy == "keep":
+                    holds.add(sid, t.forward[i][0], t.backward[i][1], k)
+                elif b.policy == "recompute":
+                    holds.add(sid, t.forward[i][0], t.forward[i][1], k)
+                    holds.add(sid, t.recompute[i][0], t.backward[i][1], k)
+        if b.policy == "recompute":
+            _recomputed(holds, k, plan, units, inputs, outputs, reader, t, ckpt_out_end)
+    holds.to(s, size)
+
+
+def _swapped(holds: _Holds, k: int, plan: Plan, units, saved: list[set], t: OpTimes,
+             swap_out_end: list[float]) -> None:
+    """A swapped block's holds: its savers' storages until its copy out ends (those the swapped block
+    before saves too go out with that block's copy), and their prefetched copies."""
+    blocks = plan.blocks
+    b = blocks[k]
+    before = saved[k - 1] if k and blocks[k - 1].policy == "swap" else set()
+    after = saved[k + 1] if k + 1 < len(blocks) and blocks[k + 1].policy == "swap" else set()
+    for i in b.units:
+        for sid in units[i].boundary_saved:
+            if sid not in before:
+                holds.add(sid, t.forward[i][0], swap_out_end[k], k)
+    for sid in saved[k]:
+        if sid in after:
+            continue  # the next block's prefetch brings it back
+        # read last by the earliest unit saving it, in this block or (borrowed) in the one before
+        owner = k - 1 if sid in before else k
+        readers = [i for j in (owner, k) for i in blocks[j].units if sid in units[i].boundary_saved]
+        holds.add(("back", sid, owner), t.prefetch_start[k], t.backward[min(readers)][1], k)
+
+
+def _recomputed(holds: _Holds, k: int, plan: Plan, units, inputs: list[set], outputs: list[set],
+                reader: dict[int, int], t: OpTimes, ckpt_out_end: list[float]) -> None:
+    """A recomputed block's holds: its checkpoint, and what its recompute makes again."""
+    b = plan.blocks[k]
+    savers = [i for i in b.units if units[i].saved_bytes or units[i].param_bytes or units[i].tied_param_bytes]
+    end = t.backward[savers[0]][1] if savers else None
+    for sid in inputs[b.start] if savers else ():
+        if b.checkpoint == "host":
+            holds.add(sid, t.block_start[k], ckpt_out_end[k], k)
+            holds.add(("ckpt", sid, k), t.prefetch_start[k], end, k)
+        else:
+            holds.add(sid, t.block_start[k], end, k)
+    inside = {sid for i in b.units for sid in units[i].boundary_saved}
+    for i in b.units:
+        for sid in outputs[i] - inputs[i]:
+            if i == b.stop - 1 and sid not in inside:
+                continue  # not made again (the recompute stops after the last saved tensor)
+            last = min(reader.get(sid, i), b.stop - 1)
+            holds.add(sid, t.recompute[i][0], t.recompute[last][1], k)
