@@ -41,6 +41,7 @@ from karma.coarsen import balanced_groups, coarsen, halve
 from karma.errors import KarmaError
 from karma.hardware import Hardware
 from karma.plan import Plan
+from karma.plan_dp import retile, swap_sets
 from karma.plan_search import INFEASIBLE, Search
 from karma.plan_space import LAYOUTS, Space, State, refine_state, seeds, to_plan
 from karma.profile import Profile
@@ -53,6 +54,11 @@ FINE_WORK = 50_000
 #: Units simulated by the descents from the exact recompute-only seeds, and tries per layout.
 SEED_WORK = 50_000
 SEED_TRIES = 4
+#: Descents in the polish (from the fastest exact and re-tiled seeds).
+POLISH_STARTS = 3
+#: Re-tiled swap sets per search, at most, and the bound on their n^2 dynamic-program cost.
+RETILE_STARTS = 5
+RETILE_WORK = 5 * 128**2
 #: At most this many plans in the coarse search.
 COARSE_PLANS = 20_000
 
@@ -105,13 +111,28 @@ def exact_seeds(search: Search, profile: Profile, capacity: float, space: Space)
     return out
 
 
-def polish(state: State, search: Search, profile: Profile, capacity: float, space: Space, budget: int) -> State:
-    """At one group per unit: descend from the exact recompute-only seeds too, keep the fastest."""
+def retiled(search: Search, coarse: Search, cuts: list[tuple[int, int]]) -> list[State]:
+    """The fastest plans of the coarse and the unit-level search with distinct swap blocks, re-tiled
+    exactly around them (karma/plan_dp.py); none on a chain so long that the program is slow."""
+    n = len(search.profile.units)
+    starts = min(RETILE_STARTS, RETILE_WORK // n**2)
+    if not starts:
+        return []
+    units = [(i, i + 1) for i in range(n)]
+    sources = [refine_state(s, cuts, units) for s in swap_sets(coarse, starts)] + swap_sets(search, starts)
+    chains: dict = {}
+    return [new for state in dict.fromkeys(sources) for new in retile(search, state, chains)]
+
+
+def polish(state: State, search: Search, profile: Profile, capacity: float, space: Space, budget: int,
+           more: list[State] | None = None) -> State:
+    """At one group per unit: descend from the exact recompute-only seeds and `more` too, keep the fastest."""
     if len(search.profile.units) != len(profile.units):
         return state
     best = state
-    for seed_state in sorted(exact_seeds(search, profile, capacity, space), key=search.cost)[:2]:
-        found = search.descend(seed_state, budget)
+    for seed_state in sorted(set(exact_seeds(search, profile, capacity, space) + (more or [])),
+                             key=search.cost)[:POLISH_STARTS]:
+        found = search.descend(seed_state, len(search.cache) + budget)
         if search.cost(found) < search.cost(best):
             best = found
     return best
@@ -127,6 +148,7 @@ def plan(profile: Profile, hw: Hardware, capacity: float, space: Space | None = 
     coarse_work = COARSE_WORK * min(1.0, 4 * groups / len(profile.units))
     state, search = coarse_search(coarsen(profile, cuts), hw, capacity, space,
                                   budget=int(work * min(coarse_work / len(cuts), COARSE_PLANS)), seed=seed)
+    coarse, coarse_cuts = search, cuts
     evaluations = [len(search.cache)]
     frugal = search.frugal()
     n = len(profile.units)
@@ -139,7 +161,9 @@ def plan(profile: Profile, hw: Hardware, capacity: float, space: Space | None = 
         state = search.descend(state, budget)
         evaluations.append(len(search.cache))
         frugal = min(frugal, search.frugal())
-    state = polish(state, search, profile, capacity, space, budget=len(search.cache) + int(work * SEED_WORK / n))
+    if len(search.profile.units) == n:
+        more = retiled(search, coarse, coarse_cuts)
+        state = polish(state, search, profile, capacity, space, budget=int(work * SEED_WORK / n), more=more)
     best = to_plan(profile, cuts, state)
     result = simulate(profile, best, hw, capacity, record=False)
     if not result.feasible or search.cost(state) >= INFEASIBLE:

@@ -24,6 +24,8 @@ is over capacity, solves again with the budget lowered by the excess.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from karma.profile import GradientBytes, Profile, backward_transient, output_gradient_bytes
@@ -57,12 +59,22 @@ class Chain:
         own = self.saved[i] - (self.shared[i - 1] if prev_keep and i else 0.0)
         return own + max(self.ws[i], self.trans[i] + self.gsuf[i]), own
 
-    def segments(self, a: int, prev_keep: bool, budget: float):
-        """(b, peak term, retained bytes, recompute time) of segment [a, b) for growing b, while it can fit."""
+    def swapped(self, a: int, b: int) -> float:
+        """Peak term of a swap block [a, b): its own saved bytes while it runs forward (and back
+        once prefetched) with each unit's workspace or backward transient; it retains nothing."""
+        cum, peak = 0.0, 0.0
+        for j in range(a, b):
+            cum += self.saved[j] - (self.shared[j - 1] if j > a else 0.0)
+            peak = max(peak, cum + max(self.ws[j], self.trans[j] + self.gsuf[j]))
+        return peak
+
+    def segments(self, a: int, prev_keep: bool, budget: float, stop: int | None = None):
+        """(b, peak term, retained bytes, recompute time) of segment [a, b) for growing b <= `stop`,
+        while it can fit."""
         u = self.units
         ckpt = float(u[a].input_bytes) - (self.shared[a - 1] if prev_keep and a else 0.0)
         cum, fwd_peak, rec_peak, bwd_peak, time = 0.0, 0.0, 0.0, 0.0, 0.0
-        for j in range(a, self.n):
+        for j in range(a, self.n if stop is None else stop):
             own = self.saved[j] - (min(u[j].saved_input_bytes, u[j].input_bytes) if j == a else self.shared[j - 1])
             last_ws = self.ws[j]
             if j < self.n - 1 and not u[j].saved_output_bytes:  # checkpoint's early stop
@@ -103,19 +115,36 @@ def _front(parts, width: float):
     return retained[order], cost[order], parent[order]  # retained ascending, one state per bucket
 
 
-def solve(chain: Chain, budget: float) -> list[tuple[int, int, str]] | None:
-    """Blocks (start, stop, 'K' or 'R') of least recompute time whose modelled peak fits `budget`
-    bytes (the device memory less the layout's static bytes), or None."""
+def _push(parts: list, front, room: float, add: float, time: float) -> None:
+    """Hand the states of `front` that leave `room` for a block on, shifted by (add bytes, time)
+    (retained is ascending: the states that fit are a prefix)."""
+    retained, cost, index = front
+    count = int(np.searchsorted(retained, room, side="right"))
+    if count:
+        parts.append((retained, cost, index, count, add, time))
+
+
+def solve(chain: Chain, budget: float, swaps: tuple[tuple[int, int], ...] = (),
+          host_checkpoints: bool = False) -> list[tuple[int, int, str]] | None:
+    """Blocks (start, stop, kind) of least recompute time whose modelled peak fits `budget`
+    bytes (the device memory less the layout's static bytes), or None. Kinds: 'K' (one block
+    per kept unit), 'R'; with `host_checkpoints`, 'r' (the checkpoint on the host: it retains
+    nothing, its copy is taken as hidden). `swaps`: (start, stop) blocks pinned as 'S', which
+    retain nothing (their copies are taken as hidden; the planner simulates the result)."""
     n = chain.n
     if budget <= 0:
         return None
+    pinned = dict(swaps)
+    walls = sorted(list(pinned) + [n])
     width = budget / BUCKETS
-    pending = [[[], []] for _ in range(n + 1)]
-    fronts = [[None, None] for _ in range(n + 1)]
+    # after-block kinds: the flag is the kind of the block that ends at the boundary
+    kinds = ("R", "K", "S", "r")
+    pending = [[[] for _ in kinds] for _ in range(n + 1)]
+    fronts = [[None for _ in kinds] for _ in range(n + 1)]
     parents = []
     pending[0][0].append((np.zeros(1), np.zeros(1), np.array([-1]), 1, 0.0, 0.0))
     for a in range(n + 1):
-        for flag in (0, 1):
+        for flag in range(len(kinds)):
             if not pending[a][flag]:
                 continue
             retained, cost, _ = fronts[a][flag] = _front(pending[a][flag], width)
@@ -124,16 +153,21 @@ def solve(chain: Chain, budget: float) -> list[tuple[int, int, str]] | None:
                 continue
             base = len(parents)
             parents.extend((a, flag, k) for k in range(len(retained)))
-            index = np.arange(base, base + len(retained))
-            # retained is ascending: the states that fit a block are a prefix
-            peak, kept = chain.keep(a, bool(flag))
-            count = int(np.searchsorted(retained, budget - peak, side="right"))
-            if count:
-                pending[a + 1][1].append((retained, cost, index, count, kept, 0.0))
-            for b, peak, ckpt, time in chain.segments(a, bool(flag), budget):
-                count = int(np.searchsorted(retained, budget - peak, side="right"))
-                if count:
-                    pending[b][0].append((retained, cost, index, count, ckpt, time))
+            front = (retained, cost, np.arange(base, base + len(retained)))
+
+            def push(b, to, peak, add, time, front=front):
+                _push(pending[b][to], front, budget - peak, add, time)
+
+            if a in pinned:
+                push(pinned[a], 2, chain.swapped(a, pinned[a]), 0.0, 0.0)
+                continue
+            peak, kept = chain.keep(a, flag == 1)
+            push(a + 1, 1, peak, kept, 0.0)
+            stop = walls[bisect.bisect_right(walls, a)]
+            for b, peak, ckpt, time in chain.segments(a, flag == 1, budget, stop):
+                push(b, 0, peak, ckpt, time)
+                if host_checkpoints:
+                    push(b, 3, peak, 0.0, time)
     ends = [(f[1].min(), flag, int(f[1].argmin())) for flag, f in enumerate(fronts[n]) if f is not None]
     if not ends:
         return None
@@ -141,6 +175,7 @@ def solve(chain: Chain, budget: float) -> list[tuple[int, int, str]] | None:
     blocks, pos = [], n
     while pos > 0:
         a, prev_flag, prev_k = parents[fronts[pos][flag][2][k]]
-        blocks += [(a, pos, "R")] if not flag else [(i, i + 1, "K") for i in range(pos - 1, a - 1, -1)]
+        kind = kinds[flag]
+        blocks += [(i, i + 1, "K") for i in range(pos - 1, a - 1, -1)] if kind == "K" else [(a, pos, kind)]
         pos, flag, k = a, prev_flag, prev_k
     return blocks[::-1]
