@@ -204,3 +204,25 @@ def test_same_inputs_give_the_same_plan(case):
     except KarmaError:
         return
     assert plan(profile, hw, capacity) == first
+
+
+@SETTINGS
+@given(chains(min_units=2, max_units=8), st.data())
+def test_retiled_plans_keep_their_swap_blocks_and_fit(case, data):
+    """karma/plan_dp.py: the program tiles the chain around the pinned swap blocks; re-tiled plans fit."""
+    from karma.plan_dp import retile
+    from karma.plan_search import INFEASIBLE, Search
+    from karma.plan_space import Space
+    from karma.recompute_dp import Chain, solve
+
+    profile, hw, capacity = case
+    n = len(profile.units)
+    a = data.draw(st.integers(0, n - 1))
+    swaps = ((a, data.draw(st.integers(a + 1, n))),)
+    blocks = solve(Chain(profile), 1e18, swaps, host_checkpoints=True)
+    assert [x for x in blocks if x[2] == "S"] == [(*swaps[0], "S")]
+    assert [s for s, _, _ in blocks] == [0] + [b for _, b, _ in blocks[:-1]] and blocks[-1][1] == n
+    search = Search(profile, hw, capacity, Space())
+    state = (tuple(blocks), 1, "resident")
+    for new in retile(search, state, {}):
+        assert [x for x in new[0] if x[2] == "S"] == [(*swaps[0], "S")] and search.cost(new) < INFEASIBLE

@@ -1,0 +1,26 @@
+"""Issue 12: the default planner within 0.5% of a long search (minutes: a benchmark, skipped in
+the test run; `pytest tests/benchmarks/test_planner_gap.py --benchmark-only`).
+
+The reference is the faster of the two long searches of karma/planner_gap.py (ten times the
+budget, coarse to fine and unit by unit). ResNet-200 missed by 1.0-2.4% before the exact
+re-tiling around swap blocks (karma/plan_dp.py). The planning time is recorded, not asserted.
+The table of all six models: `python -m karma.planner_gap`.
+"""
+
+import pytest
+
+from karma.hardware import load
+from karma.planner_gap import measure
+from karma.profile_analytic import analytic_profile
+from models import build
+
+V100 = load("v100-abci")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet200"])
+def test_default_plan_within_half_a_percent_of_a_long_search(benchmark, name):
+    profile = analytic_profile(build(name, "paper", device="meta"), V100)
+    gap = benchmark.pedantic(measure, args=(profile, V100, [0]), rounds=1, iterations=1)
+    benchmark.extra_info.update(plan_s=gap.times[0], long_search_s=gap.reference, planning_cpu_s=gap.seconds[0])
+    assert gap.gaps()[0] <= 0.5, f"{name}: {gap.times[0]:.5f} s, long search {gap.reference:.5f} s"
