@@ -33,7 +33,7 @@ from karma.runtime.saved import SavedTensors
 from karma.runtime.streamed import HostWeights
 from karma.simulate import Event
 from karma.unit_trace import storage_bytes, storage_key
-from models.boundary import rebuild, tensors
+from models.boundary import tensors
 from models.chain import ChainModel
 
 
@@ -222,7 +222,8 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
     def checkpointed(fn, mods, x):
         """A recomputed block: torch.utils.checkpoint over the boundary's tensors (a tuple of them when
         the boundary carries several, models/boundary.py)."""
-        return checkpoint(lambda *flat: fn(rebuild(x, flat)), *tensors(x), use_reentrant=False,
+        several = isinstance(x, tuple)  # not x itself: the recompute closure would keep its tensors alive
+        return checkpoint(lambda *flat: fn(flat if several else flat[0]), *tensors(x), use_reentrant=False,
                           preserve_rng_state=True, context_fn=lambda: _keep_bn_statistics(mods))
 
     def issue_prefetch(j: int) -> None:
