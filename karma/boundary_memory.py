@@ -21,9 +21,12 @@ timeline (allocated at the start of an op, freed at the end, karma/schedule.py):
   reading it has run again (a block's last output nobody saves is not made again:
   torch.utils.checkpoint stops early);
 * a recomputed block's checkpoint (its input's storages): from the block's forward to the end
-  of the backward of its first unit that saves anything; a checkpoint on the host until its
-  copy ends, and back from its prefetch. A block that saves nothing (a join alone) keeps no
-  checkpoint: torch.utils.checkpoint holds its inputs only through what the block saved.
+  of the backward of its first unit that saves anything; a block that saves nothing (a join
+  alone) keeps none on the device (torch.utils.checkpoint holds its inputs only through what
+  the block saved). A checkpoint on the host is copied out whatever the block saves (the
+  runtime's store packs the checkpoint's inputs), held until its copy ends; its copy back, a
+  storage of its own, from the prefetch through the recompute that reads it, then as long as
+  a unit of the block saves it (the block's own end if nothing is saved: never unpacked).
 
 The union of a storage's intervals is what it costs. The timeline does not depend on memory,
 so the intervals are collected after the simulation and added to the schedule before its
@@ -116,7 +119,9 @@ def hold_boundary_storages(profile: Profile, plan: Plan, s: Schedule, t: OpTimes
                     holds.add(sid, t.forward[i][0], t.backward[i][1], k)
                 elif b.policy == "recompute":
                     holds.add(sid, t.forward[i][0], t.forward[i][1], k)
-                    holds.add(sid, t.recompute[i][0], t.backward[i][1], k)
+                    # the recompute of a block whose checkpoint was on the host runs on its copy
+                    copy = b.checkpoint == "host" and sid in inputs[b.start]
+                    holds.add(("ckpt", sid, k) if copy else sid, t.recompute[i][0], t.backward[i][1], k)
         if b.policy == "recompute":
             _recomputed(holds, k, plan, units, inputs, outputs, reader, t, ckpt_out_end)
     holds.to(s, size)
@@ -148,12 +153,15 @@ def _recomputed(holds: _Holds, k: int, plan: Plan, units, inputs: list[set], out
     """A recomputed block's holds: its checkpoint, and what its recompute makes again."""
     b = plan.blocks[k]
     savers = [i for i in b.units if units[i].saved_bytes or units[i].param_bytes or units[i].tied_param_bytes]
-    end = t.backward[savers[0]][1] if savers else None
-    for sid in inputs[b.start] if savers else ():
+    end = t.backward[savers[0] if savers else b.start][1]
+    for sid in inputs[b.start]:
         if b.checkpoint == "host":
             holds.add(sid, t.block_start[k], ckpt_out_end[k], k)
-            holds.add(("ckpt", sid, k), t.prefetch_start[k], end, k)
-        else:
+            # its copy back: read by the recompute (then held only by units saving it, above); never
+            # unpacked when the block saves nothing, held until the block's backward is over
+            last = t.recompute[min(reader.get(sid, b.start), b.stop - 1)][1] if savers else end
+            holds.add(("ckpt", sid, k), t.prefetch_start[k], last, k)
+        elif savers:
             holds.add(sid, t.block_start[k], end, k)
     inside = {sid for i in b.units for sid in units[i].boundary_saved}
     for i in b.units:
