@@ -117,13 +117,36 @@ def _gradients(units) -> list[float]:
     return out
 
 
+def _own_bytes(profile: Profile) -> tuple[np.ndarray, list[float]]:
+    """(s_j, shared_j): each unit's own saved bytes, every storage counted once, and the bytes it
+    shares with the next unit. With boundary storage ids (layer granularity, karma/boundary_memory.py)
+    a storage is counted with the first unit saving it and shared with the next unit if that one
+    saves it too; the simulator holds it at least that long, so the sums stay below its memory."""
+    units = profile.units
+    if not any(u.boundary_out for u in units):
+        shared = [float(profile.shared_boundary_bytes(i)) for i in range(len(units))]
+        return np.array([u.saved_bytes - (shared[i - 1] if i else 0) for i, u in enumerate(units)], dtype=float), shared
+    from karma.block_bytes import storage_bytes_of
+
+    size = storage_bytes_of(profile)
+    seen: set[int] = set()
+    own, shared = [], []
+    for i, u in enumerate(units):
+        first = [sid for sid in u.boundary_saved if sid not in seen]
+        seen.update(first)
+        own.append(u.saved_bytes - sum(size[sid] for sid in u.boundary_saved) + sum(size[sid] for sid in first))
+        after = set(units[i + 1].boundary_saved) if i + 1 < len(units) else set()
+        shared.append(float(sum(size[sid] for sid in first if sid in after)))
+    return np.array(own, dtype=float), shared
+
+
 def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimizer: str,
           time_limit: float) -> float:
     units = profile.units
     n = len(units)
     streamed, host_opt = weights == "streamed", optimizer == "host" or weights == "streamed"
-    shared = [float(profile.shared_boundary_bytes(i)) for i in range(n)]
-    own = np.array([u.saved_bytes - (shared[i - 1] if i else 0) for i, u in enumerate(units)], dtype=float) / GB
+    own, shared = _own_bytes(profile)
+    own = own / GB
     back = np.maximum(own - np.array(shared) / GB, 0.0)  # what a swapped unit's own prefetch surely brings
     param = np.array([u.param_bytes for u in units], dtype=float)
     total_params = float(param.sum())

@@ -19,6 +19,8 @@ from karma.profile import Profile, UnitProfile, backward_transient, output_gradi
 def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
     units = profile.units[start:stop]
     first, last = units[0], units[-1]
+    visible = {sid for sid, _ in last.boundary_out} | {sid for sid, _ in profile.units[start - 1].boundary_out
+                                                       if start}
     own = sum(u.saved_bytes for u in units) - sum(profile.shared_boundary_bytes(i) for i in range(start, stop - 1))
     transient = max(backward_transient(profile.units, i) for i in range(start, stop))
     grad_out = output_gradient_bytes(profile.units, stop - 1)  # as backward_transient
@@ -44,6 +46,10 @@ def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
         backward_workspace_bytes=transient - grad_out - (first.input_bytes - first.grad_reused_bytes if start else 0),
         grad_alias_bytes=first.grad_alias_bytes,
         grad_reused_bytes=first.grad_reused_bytes,
+        # boundary storages (layer granularity): the group's output, and what its units save of the
+        # group's input and output (a storage inside the group is its own saved bytes, counted apart)
+        boundary_out=last.boundary_out,
+        boundary_saved=tuple(dict.fromkeys(sid for u in units for sid in u.boundary_saved if sid in visible)),
     )
 
 

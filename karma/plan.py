@@ -19,7 +19,11 @@ al. 2021, Sec. 4): weights stay on the device, the optimizer state lives on the
 host, each block's gradients go down after its backward, the host updates the
 master weights and sends them back up. Streamed weights always update on the host.
 ``prefetch_depth`` is how many blocks ahead of the running backward block the
-prefetches (activations, checkpoints, streamed weights) are issued.
+prefetches (activations, checkpoints, streamed weights) are issued. Depth 0 is
+on demand: a block's copies back are issued when its own backward is due and it
+waits for them (streamed weights go up just before each forward too), so no
+block's copy back ever shares the device with another block's backward: the
+reach of a chain whose single layers nearly fill the device (issue 16).
 """
 
 from __future__ import annotations
@@ -142,7 +146,7 @@ def validate(plan: Plan) -> None:
     """Blocks must tile units 0..units-1 in order; every field of its type and within its choices."""
     number(plan.units, "units", positive=True, integer=True)
     number(plan.batch, "batch", positive=True, integer=True)
-    number(plan.prefetch_depth, "prefetch_depth", positive=True, integer=True)
+    number(plan.prefetch_depth, "prefetch_depth", integer=True)
     text(plan.model, "model")
     text(plan.strategy, "strategy")
     number(plan.predicted_time, "predicted_time", optional=True)

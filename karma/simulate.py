@@ -48,7 +48,8 @@ The forward of block b waits for the copies to the host (swap-outs and
 checkpoint offloads, as the runtime does) of blocks up to b-depth (depth 1:
 the previous block's copy must be done, vDNN's per-layer synchronisation;
 deeper: more copies in flight), and the prefetches of block
-b are issued when the backward of block b+depth starts.
+b are issued when the backward of block b+depth starts (depth 0: when block b's own
+backward is due, which then waits for them).
 """
 
 from __future__ import annotations
@@ -180,6 +181,8 @@ def _forward(it: _Iteration) -> None:
             weights_up_end[k] = it.upload(k, 0.0)
     for k, b in enumerate(blocks):
         ready = t
+        if it.streamed and not depth:  # on demand: its weights go up when its forward is due
+            weights_up_end[k] = it.upload(k, t)
         if k - depth >= 0:  # copies to the host (swapped blocks, host checkpoints) `depth` blocks back are done
             ready = max(ready, max(it.swap_out_end[: k - depth + 1]), max(it.ckpt_out_end[: k - depth + 1]))
         if it.streamed:
@@ -197,7 +200,7 @@ def _forward(it: _Iteration) -> None:
             ready = t
             if first:
                 first = False
-                if it.streamed and k + depth < nb:
+                if it.streamed and depth and k + depth < nb:
                     weights_up_end[k + depth] = it.upload(k + depth, start)
                 if b.policy == "recompute" and b.checkpoint == "host":
                     it.ckpt_out_end[k] = s.op("d2h", "offload checkpoint", k, start, by.ckpt[k] / hw.d2h_bw,
@@ -240,6 +243,8 @@ def _backward(it: _Iteration) -> None:
     tied_grads = GradientBytes()
     for k in range(nb - 1, -1, -1):
         b = blocks[k]
+        if not depth:  # on demand: its copies back are issued when its backward is due
+            _prefetch(it, k, bwd_ready)
         ready = max(bwd_ready, it.prefetch_end[k])
         first = True
         # the gradient of the block's output (made by the next unit's backward) waits through the recompute
@@ -258,7 +263,7 @@ def _backward(it: _Iteration) -> None:
                 if first:
                     first = False
                     s.alloc(start, waiting_grad, k)
-                    if k - depth >= 0:
+                    if depth and k - depth >= 0:
                         _prefetch(it, k - depth, start)
         for i in reversed(b.units):
             u = units[i]
@@ -271,7 +276,7 @@ def _backward(it: _Iteration) -> None:
                 waiting_grad = 0.0
             if first:
                 first = False
-                if k - depth >= 0:
+                if depth and k - depth >= 0:
                     _prefetch(it, k - depth, start)
         bwd_ready = ready
         if b.policy == "recompute":

@@ -100,8 +100,8 @@ def bottleneck_layers(name: str, block) -> list[tuple[str, nn.Module]]:
         out.append((f"{name}_bn{i + 1}", Along(norm)))
         if i < len(convs) - 1:
             out.append((f"{name}_relu{i + 1}", Along(Relu())))
-    if block.downsample is not None:
-        out.append((f"{name}_downsample", Shortcut(block.downsample)))
+    if block.downsample is not None:  # torchvision's projection: a conv and a batch norm, a layer each
+        out += [(f"{name}_downsample{j}", Shortcut(layer)) for j, layer in enumerate(block.downsample)]
     out += [(f"{name}_add", Join()), (f"{name}_relu", Relu())]
     return out
 

@@ -291,8 +291,10 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
                     if swapped[j] is not None:
                         swapped[j].result()
                 if streamed:
+                    if uploads[k] is None:  # depth 0: on demand
+                        uploads[k] = optimizer.upload(k, link, ledger)
                     uploads[k].result()
-                    if k + depth < nb:
+                    if depth and k + depth < nb:
                         uploads[k + depth] = optimizer.upload(k + depth, link, ledger)
                 tracker.where = f"forward of block {k}"
                 t0 = time.perf_counter()
