@@ -133,13 +133,13 @@ LAYOUTS = (("resident", "device"), ("resident", "host"), ("streamed", "host"))
 
 def all_plans(n: int, model: str = "random", batch: int = 1):
     """Every plan `karma.plan.Plan` can express for n units: any tiling, any policy and checkpoint
-    place per block, every prefetch depth 1..blocks (deeper is the same), every weight layout."""
+    place per block, every prefetch depth 0..blocks (0: on demand; deeper is the same), every weight layout."""
     from karma.plan import Block, Plan
 
     for tiling in tilings(n):
         for choices in itertools.product(BLOCK_CHOICES, repeat=len(tiling)):
             blocks = tuple(Block(a, b, pol, place) for (a, b), (pol, place) in zip(tiling, choices, strict=True))
-            for depth in range(1, len(blocks) + 1):
+            for depth in range(0, len(blocks) + 1):
                 for weights, optimizer in LAYOUTS:
                     yield Plan(model=model, batch=batch, units=n, blocks=blocks, weights=weights,
                                prefetch_depth=depth, optimizer=optimizer)

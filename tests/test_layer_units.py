@@ -1,0 +1,185 @@
+"""Layer granularity (issue 16): units finer than a residual block, whose boundaries carry the skip as a
+tuple, train exactly like the original model under any plan, and the simulator follows each boundary
+storage as the runtime holds it (peak within 5%, swaps, host checkpoints and on-demand prefetch
+included); the lower bound stays below every feasible plan."""
+
+import copy
+import dataclasses
+import math
+from concurrent.futures import wait
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from karma.errors import KarmaError
+from karma.hardware import load
+from karma.plan import from_policies
+from karma.profile import Profile
+from karma.profile_analytic import analytic_profile
+from karma.runtime.execute import make_optimizer, train_step
+from karma.runtime.ledger import Ledger
+from karma.runtime.link import EmulatedLink
+from karma.runtime.streamed import HostWeights
+from karma.simulate import simulate
+from models import build
+from models.registry import build_original, chain_of
+
+MODELS = ["resnet50", "resnet1001", "wrn28-10", "vgg16", "megatron-1.2b"]
+SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_layer_chain_computes_the_original_model(name):
+    original = build_original(name, "tiny")
+    block, layer = (chain_of(name, "tiny", copy.deepcopy(original), granularity=g) for g in ("block", "layer"))
+    assert len(layer) > len(block)
+    assert layer.parameter_count() == sum(p.numel() for p in original.parameters())
+    x, _ = layer.make_batch()
+    torch.manual_seed(1)
+    expected = block.units(x)
+    torch.manual_seed(1)
+    assert torch.equal(layer.units(x), expected)
+
+
+def test_a_bottleneck_splits_into_layers_with_the_skip_riding_along():
+    names = build("resnet50", "tiny", granularity="layer").unit_names
+    assert names[:4] == ["stem_0", "stem_1", "stem_2", "stem_3"]
+    assert "layer1_0_downsample0" in names and "layer1_0_add" in names
+    assert build("megatron-1.2b", "tiny", granularity="layer").unit_names[1:3] == ["layer0_attention", "layer0_mlp"]
+    with pytest.raises(KarmaError, match="granularity"):
+        build("resnet50", "tiny", granularity="leaf")
+
+
+@st.composite
+def layer_plan(draw, models=tuple(MODELS)):
+    name = draw(st.sampled_from(models))
+    n = len(build(name, "tiny", device="meta", granularity="layer"))
+    labels = draw(st.lists(st.sampled_from(["keep", "swap", "recompute"]), min_size=n, max_size=n))
+    segments = draw(st.lists(st.integers(0, n - 1), max_size=6))
+    return name, from_policies(name, 2, labels, segments=segments,
+                               checkpoint=draw(st.sampled_from(["device", "host"])),
+                               prefetch_depth=draw(st.integers(0, 3)),
+                               weights=draw(st.sampled_from(["resident", "streamed"])))
+
+
+@SETTINGS
+@given(layer_plan())
+def test_any_plan_of_a_layer_chain_trains_exactly_like_plain_pytorch(case):
+    name, plan = case
+    ref, run = (build(name, "tiny", seed=5, granularity="layer") for _ in range(2))
+    opt_ref = make_optimizer(ref)
+    with EmulatedLink(2e9, 2e9) as link:
+        opt_run = HostWeights(run, plan, link=link) if plan.weights == "streamed" else make_optimizer(run)
+        for s in range(2):
+            batch = run.make_batch(seed=s)
+            torch.manual_seed(1000 + s)
+            opt_ref.zero_grad()
+            ref.step_loss(*batch).backward()
+            opt_ref.step()
+            torch.manual_seed(1000 + s)
+            train_step(run, plan, opt_run, batch, Ledger(math.inf), link)
+        if isinstance(opt_run, HostWeights):
+            opt_run.sync()
+            opt_run.close()
+    for (key, a), b in zip(ref.units.state_dict().items(), run.units.state_dict().values(), strict=True):
+        assert torch.equal(a, b), key
+
+
+class SerialLink(EmulatedLink):
+    """Each copy waits to end before the step goes on: the memory events come in program order."""
+
+    def submit(self, *args, **kwargs):
+        future = super().submit(*args, **kwargs)
+        wait([future])
+        return future
+
+
+@pytest.fixture(scope="module")
+def small_profiles():
+    """Layer profiles of small models whose activations outweigh their weights (the tiny presets' do not)."""
+    hw = load("v100-abci")
+    return {name: analytic_profile(build(name, "small", batch, device="meta", granularity="layer"), hw)
+            for name, batch in (("resnet50", 8), ("wrn28-10", 8))}
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(st.sampled_from(["resnet50", "wrn28-10"]), st.randoms(use_true_random=False))
+def test_the_simulator_predicts_the_runtimes_peak_on_layer_chains(small_profiles, name, rng):
+    """Swaps, host checkpoints and every prefetch depth included: copies are instant and waited for on both
+    sides (SerialLink; a fast link in the model), so the memory does not depend on timing."""
+    profile = small_profiles[name]
+    n = len(profile.units)
+    plan = from_policies(name, 8, [rng.choice(["keep", "swap", "recompute"]) for _ in range(n)],
+                         segments=rng.sample(range(n), 6), checkpoint=rng.choice(["device", "host"]),
+                         prefetch_depth=rng.randint(0, 3))
+    fast = dataclasses.replace(load("v100-abci"), h2d_bw=1e15, d2h_bw=1e15)
+    predicted = simulate(profile, plan, fast, capacity=math.inf).peak_bytes
+    run = build(name, "small", 8, seed=0, granularity="layer")
+    with SerialLink(1e15, 1e15) as link:
+        measured = train_step(run, plan, make_optimizer(run), run.make_batch(seed=0), Ledger(math.inf), link).peak_bytes
+    assert measured == pytest.approx(predicted, rel=0.05), plan.policies()
+
+
+def test_a_layer_profile_names_its_boundary_storages_and_round_trips(small_profiles, tmp_path):
+    profile = small_profiles["resnet50"]
+    fork = next(u for u in profile.units if u.name == "layer1_0_conv1")
+    join = next(u for u in profile.units if u.name == "layer1_0_add")
+    assert len(fork.boundary_out) == 2  # (h, skip)
+    assert join.grad_alias_bytes == join.input_bytes // 2  # one gradient handed to both inputs
+    assert join.grad_reused_bytes == join.input_bytes  # and made by nobody here
+    assert not any(u.boundary_out for u in analytic_profile(build("resnet50", "tiny", device="meta"),
+                                                             load("v100-abci")).units)
+    path = tmp_path / "p.json"
+    profile.to_json(path)
+    assert Profile.from_dict(__import__("json").loads(path.read_text())) == profile
+
+
+def window(profile: Profile, start: int, stop: int) -> Profile:
+    """Units start..stop-1 of a layer profile as a chain of their own: its input (a tuple) is the batch,
+    and boundary storages outside the window are its own saved bytes."""
+    units = list(profile.units[start:stop])
+    units[-1] = dataclasses.replace(units[-1], boundary_out=())
+    known = {sid for u in units for sid, _ in u.boundary_out}
+    units = [dataclasses.replace(u, boundary_saved=tuple(s for s in u.boundary_saved if s in known)) for u in units]
+    return dataclasses.replace(profile, units=tuple(units))
+
+
+@pytest.mark.parametrize("start", [4, 9, 11, 12])  # windows over the skip: fork, main path, projection, join
+def test_no_plan_of_a_layer_window_beats_the_bound(small_profiles, start):
+    """Exhaustively over the whole plan space (tests/chains.py) of 4-unit windows whose boundaries carry the
+    skip, at capacities from the in-core peak down to the most frugal plan's."""
+    from karma.bound import lower_bound
+    from tests.chains import all_plans
+
+    hw = load("v100-abci")
+    profile = window(small_profiles["resnet50"], start, start + 4)
+    assert any(len(u.boundary_out) > 1 for u in profile.units)
+    plans = list(all_plans(len(profile.units), profile.model, profile.batch))
+    peaks = sorted({simulate(profile, p, hw, capacity=math.inf, record=False).peak_bytes for p in plans})
+    for capacity in (peaks[0], peaks[len(peaks) // 4], peaks[len(peaks) // 2], peaks[-1]):
+        bound = lower_bound(profile, hw, capacity)
+        times = [r.time for r in (simulate(profile, p, hw, capacity, record=False) for p in plans) if r.feasible]
+        assert times and min(times) >= bound * (1 - 1e-9)
+
+
+def test_the_lower_bound_is_below_every_feasible_layer_plan(small_profiles):
+    from karma.bound import lower_bound
+
+    hw = load("v100-abci")
+    profile = small_profiles["resnet50"]
+    n = len(profile.units)
+    import random
+
+    rng = random.Random(0)
+    in_core = simulate(profile, from_policies("resnet50", 8, ["keep"] * n), hw, capacity=math.inf).peak_bytes
+    for fraction in (0.6, 0.8):
+        capacity = in_core * fraction
+        bound = lower_bound(profile, hw, capacity)
+        for _ in range(40):
+            plan = from_policies("resnet50", 8, [rng.choice(["keep", "swap", "recompute"]) for _ in range(n)],
+                                 segments=rng.sample(range(n), 8), checkpoint=rng.choice(["device", "host"]),
+                                 prefetch_depth=rng.randint(0, 3), weights=rng.choice(["resident", "streamed"]))
+            result = simulate(profile, plan, hw, capacity=capacity)
+            assert not result.feasible or result.time >= bound * (1 - 1e-9)
