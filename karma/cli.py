@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from karma.cli_args import (
+    GRANULARITIES,
     PRECISION_HELP,
     PRECISIONS,
     OneLineParser,
@@ -72,24 +73,28 @@ def write_profile(profile, out: Path, csv_path: Path | None) -> None:
 
 def make_profile(model: str, size: str, batch: int | None, source: str, hardware: str,
                  reps: int = 5, threads: int | None = None, progress=None, precision: str = "fp32",
-                 policy: str | None = None, options: dict | None = None):
+                 policy: str | None = None, options: dict | None = None, granularity: str = "block"):
     """Build the model where the source needs it and profile it (shared by CLI and pipeline), in
     `precision` ('fp32', or mixed precision 'fp16' / 'bf16'; the profile's dtype records it); an
     analytic profile in mixed precision follows `policy`'s autocast lists (karma.precision.MetaAutocast:
     CUDA's by default, 'megatron' for Megatron-LM's half layer). `model` is a zoo name or a model spec
-    (models/specs.py: torchvision:NAME, hf:..., package.module:function) with its `options`."""
+    (models/specs.py: torchvision:NAME, hf:..., package.module:function) with its `options`; a zoo model
+    at `granularity` 'block' or 'layer' (models/layer_units.py)."""
     from karma.hardware import load
     from models.registry import build, spec
     from models.specs import is_spec
 
     if not is_spec(model):
         spec(model)
+    elif granularity != "block":
+        raise KarmaError("--granularity applies to zoo models; a model spec is cut by models/auto_chain.py "
+                         "(its `units` option sets how finely)")
     if source == "analytic":
         hw = load(hardware)
         from karma.profile_analytic import analytic_profile
 
-        return analytic_profile(build(model, size, batch, device="meta", precision=precision, overrides=options),
-                                hw, progress, policy)
+        return analytic_profile(build(model, size, batch, device="meta", precision=precision, overrides=options,
+                                      granularity=granularity), hw, progress, policy)
     import torch
 
     choose("device for a measured profile", hardware, ["cpu", "cuda"])
@@ -100,8 +105,8 @@ def make_profile(model: str, size: str, batch: int | None, source: str, hardware
         raise KarmaError("CUDA was asked for but no CUDA device is available")
     from karma.profile_measured import measured_profile
 
-    return measured_profile(build(model, size, batch, device=device, precision=precision, overrides=options),
-                            reps=reps, progress=progress)
+    return measured_profile(build(model, size, batch, device=device, precision=precision, overrides=options,
+                                  granularity=granularity), reps=reps, progress=progress)
 
 
 def cmd_profile(args) -> None:
@@ -110,7 +115,8 @@ def cmd_profile(args) -> None:
             print(f"  profiled {i + 1}/{n} units ({name})", file=sys.stderr)
 
     profile = make_profile(args.model, args.size, args.batch, args.source, args.hardware,
-                           args.reps, args.threads, progress, args.precision, options=spec_options(args))
+                           args.reps, args.threads, progress, args.precision, options=spec_options(args),
+                           granularity=args.granularity)
     out = Path(args.out or f"{args.model.replace(':', '-').replace('/', '_')}-{args.size}-{args.source}.json")
     write_profile(profile, out, Path(args.csv) if args.csv else None)
     print(f"{profile.model} {profile.size} batch {profile.batch}: {len(profile.units)} units, "
@@ -275,6 +281,9 @@ def parser() -> argparse.ArgumentParser:
     prof.add_argument("--reps", type=positive_int, default=5, help="timed repetitions (measured)")
     prof.add_argument("--threads", type=positive_int, help="torch threads (measured)")
     prof.add_argument("--precision", choices=PRECISIONS, default="fp32", help=PRECISION_HELP)
+    prof.add_argument("--granularity", choices=GRANULARITIES, default="block",
+                      help="units: a residual block or transformer layer each (block, the paper's tables), or one "
+                      "layer each, the skip carried across their boundaries (layer: reach beyond one block)")
     prof.add_argument("--out", help="JSON output path")
     prof.add_argument("--csv", help="also write the per-unit table as CSV")
     prof.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")

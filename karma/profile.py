@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
@@ -200,8 +201,17 @@ class Profile:
 
     def activation_bytes(self) -> int:
         """Bytes saved for backward by a whole forward pass, each storage once."""
+        if self.has_boundary_storages():
+            size = {sid: n for u in self.units for sid, n in u.boundary_out}
+            saved = {sid for u in self.units for sid in u.boundary_saved}
+            inner = sum(u.saved_bytes - sum(size[sid] for sid in u.boundary_saved) for u in self.units)
+            return inner + sum(size[sid] for sid in saved)
         total = sum(u.saved_bytes for u in self.units)
         return total - sum(self.shared_boundary_bytes(i) for i in range(len(self.units) - 1))
+
+    def has_boundary_storages(self) -> bool:
+        """Whether boundaries carry several tensors, followed by storage id (layer granularity)."""
+        return any(u.boundary_out for u in self.units)
 
     def in_core_peak_bytes(self) -> int:
         """Peak device memory of plain (all-resident) training.
@@ -212,7 +222,17 @@ class Profile:
         i..n-1, and tied weights those use); the saved tensors of units 0..i; unit
         i's backward transient (karma.profile.backward_transient). The optimizer
         step needs weights + all gradients + state. The peak is the max of all.
+        With boundary storages (layer granularity) it is the simulated peak of keeping every
+        unit, which follows each storage (karma/boundary_memory.py).
         """
+        if self.has_boundary_storages():
+            from karma.hardware import load
+            from karma.plan import from_policies
+            from karma.simulate import simulate
+
+            keep = from_policies(self.model, self.batch, ["keep"] * len(self.units))
+            # keeping everything copies nothing: the peak does not depend on the preset's rates
+            return int(simulate(self, keep, load("v100-abci"), capacity=math.inf, record=False).peak_bytes)
         units = self.units
         static = sum(u.param_bytes + u.optimizer_bytes + u.buffer_bytes for u in units)
         step = static + sum(u.param_bytes for u in units)

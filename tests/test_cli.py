@@ -110,3 +110,25 @@ def test_megatron_refuses_bad_layouts_in_one_line(capsys, args, words):
     assert main(["megatron", *args]) == 2
     err = capsys.readouterr().err
     assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_command_line_granularities_are_the_zoos():
+    from karma.cli_args import GRANULARITIES
+    from models.chain import GRANULARITIES as ZOO
+
+    assert tuple(GRANULARITIES) == ZOO
+
+
+def test_profile_and_plan_at_layer_granularity(tmp_path):
+    """A bottleneck split into layers: more units, each boundary's storages named, and a plan that fits."""
+    import json
+
+    from karma.cli import main
+
+    out = tmp_path / "p.json"
+    assert main(["profile", "resnet50", "--size", "tiny", "--granularity", "layer", "--out", str(out)]) == 0
+    units = json.loads(out.read_text())["units"]
+    assert len(units) > 20 and any(len(u["boundary_out"]) == 2 for u in units)
+    plan = tmp_path / "plan.json"
+    assert main(["plan", str(out), "--strategy", "karma", "--capacity-gb", "0.1", "--out", str(plan)]) == 0
+    assert json.loads(plan.read_text())["units"] == len(units)
