@@ -15,6 +15,7 @@ include: "workflow/rules/plan.smk"
 include: "workflow/rules/runtime.smk"
 include: "workflow/rules/scaling.smk"
 include: "workflow/rules/large_nlp.smk"
+include: "workflow/rules/reach.smk"
 
 
 rule all:
@@ -34,4 +35,6 @@ rule all:
         "results/tables/paper_claims.md",
         "results/tables/calibration.md",
         "results/tables/regression.md",
+        "results/tables/reach.md",
+        "results/figures/reach.png",
     default_target: True

@@ -59,6 +59,7 @@ class Search:
 
     def __post_init__(self):
         self.groups = [(i, i + 1) for i in range(len(self.profile.units))]
+        self.overlapping = [d for d in self.space.depths if d] or list(self.space.depths)
 
     def cost(self, state: State) -> float:
         """Seconds if the plan fits; otherwise 1e9 + GB over capacity."""
@@ -189,7 +190,8 @@ class Search:
                 if not moves:
                     break
             if blocks and rng.random() < JUMP:
-                move = (rng.choice(blocks), rng.choice(self.space.depths), rng.choice(self.space.layouts))
+                # jumps keep to overlapping depths (depth 0, on demand, is for reach: the descents try it)
+                move = (rng.choice(blocks), rng.choice(self.overlapping), rng.choice(self.space.layouts))
             else:
                 move = rng.choice(moves)
             new = self.cost(move)

@@ -36,10 +36,16 @@ State = tuple[Blocks, int, str]
 
 @dataclass(frozen=True)
 class Space:
-    """Block kinds, prefetch depths and weight layouts the search may use."""
+    """Block kinds, prefetch depths and weight layouts the search may use (depth 0: on demand, the
+    reach of chains whose single layers nearly fill the device, karma/plan.py)."""
 
     kinds: tuple[str, ...] = KINDS
-    depths: tuple[int, ...] = (1, 2, 3, 4)
+    depths: tuple[int, ...] = (0, 1, 2, 3, 4)
+
+    @property
+    def first_depth(self) -> int:
+        """The depth seeds start from: the shallowest that still overlaps copies with compute."""
+        return min((d for d in self.depths if d), default=min(self.depths))
     layouts: tuple[str, ...] = tuple(LAYOUTS)
 
 

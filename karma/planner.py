@@ -69,7 +69,7 @@ def coarse_search(profile: Profile, hw: Hardware, capacity: float, space: Space,
     (distinct block sequences), then anneal from the best until `budget` plans."""
     search = Search(profile, hw, capacity, space)
     n = len(profile.units)
-    depth = min(space.depths)
+    depth = space.first_depth
     candidates = sorted(((blocks, depth, layout) for blocks in seeds(n, space) for layout in space.layouts),
                         key=search.cost)
     best, tried = None, set()
@@ -103,7 +103,7 @@ def exact_seeds(search: Search, profile: Profile, capacity: float, space: Space)
             blocks = solve(chain, budget)
             if blocks is None:
                 break
-            state = (tuple(blocks), min(space.depths), layout)
+            state = (tuple(blocks), space.first_depth, layout)
             if search.cost(state) < INFEASIBLE:
                 out.append(state)
                 break

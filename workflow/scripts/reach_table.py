@@ -1,0 +1,27 @@
+"""Snakemake script: reach (the largest batch each strategy fits, and its speed there), simulated, beside
+the published reach of other systems; table (CSV + Markdown) and figure."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
+from _log import logged  # noqa: E402
+
+from karma.hardware import load  # noqa: E402
+from karma.reach import reach_table  # noqa: E402
+from karma.reach_figure import reach_figure  # noqa: E402
+from karma.reach_report import markdown, published  # noqa: E402
+
+sm = snakemake  # noqa: F821
+with logged(sm):
+    hw = load(sm.params.hardware)
+    cfg = sm.params.reach
+    table = reach_table(list(cfg["models"]), hw, list(sm.params.strategies), granularities=cfg["granularity"],
+                        multiples=cfg["multiples"], limit_factor=cfg["limit_factor"], work=cfg["karma_work"],
+                        precision=sm.params.precision, confirm=cfg["karma_confirm"], log=print)
+    theirs = published()
+    table.to_csv(sm.output.csv, index=False)
+    text = markdown(table, theirs, hw, cfg["limit_factor"], cfg["karma_work"])
+    Path(sm.output.md).write_text(text)
+    reach_figure(table, theirs, hw.name, Path(sm.output.figure))
+    print(text)
