@@ -209,6 +209,14 @@ class Profile:
         total = sum(u.saved_bytes for u in self.units)
         return total - sum(self.shared_boundary_bytes(i) for i in range(len(self.units) - 1))
 
+    def unit_floor_bytes(self) -> int:
+        """Device memory no plan of this chain can go below: the largest unit's backward alone (its saved
+        tensors, its backward transient, its weights and their gradients) with every buffer. At block
+        granularity that unit is a whole residual block: below this, only finer units train (issue 16)."""
+        buffers = sum(u.buffer_bytes for u in self.units)
+        return buffers + max(u.saved_bytes + backward_transient(self.units, i) + 2 * u.param_bytes
+                             for i, u in enumerate(self.units))
+
     def has_boundary_storages(self) -> bool:
         """Whether boundaries carry several tensors, followed by storage id (layer granularity)."""
         return any(u.boundary_out for u in self.units)

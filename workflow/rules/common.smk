@@ -69,7 +69,10 @@ def strategy_tables(wildcards):
 
 
 def runtime_tables(wildcards):
-    return expand("results/runtime/{model}.csv", model=config["runtime"]["models"])
+    reach = config["runtime"].get("reach", {}).get("models", [])
+    return expand("results/runtime/{model}.csv", model=config["runtime"]["models"]) + expand(
+        "results/runtime_reach/{model}.csv", model=reach
+    )
 
 
 def scaling_tables(wildcards):

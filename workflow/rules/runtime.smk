@@ -23,6 +23,27 @@ rule validate_runtime:
         "../scripts/validate_runtime.py"
 
 
+rule validate_reach:
+    output:
+        "results/runtime_reach/{model}.csv",
+    log:
+        "logs/validate_reach/{model}.log",
+    params:
+        batch=lambda wc: config["runtime"]["reach"]["batch"],
+        below=config["runtime"]["reach"]["below_block_floor"],
+        steps=config["runtime"]["steps"],
+        repeats=config["runtime"].get("repeats", 3),
+        strategies=config["runtime"]["reach"]["strategies"],
+        link_mbs=config["runtime"].get("link_mbs") or 100,
+    threads: 2
+    resources:
+        measuring=1,
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/validate_reach.py"
+
+
 rule runtime_table:
     input:
         runtime_tables,

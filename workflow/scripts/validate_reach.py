@@ -1,0 +1,36 @@
+"""Snakemake script: the reach case run for real (issue 16). A small-preset batch on a capacity below what
+any plan of its residual-block units needs (one block's backward alone does not fit), trained at layer
+granularity on the emulated device, measured against predicted like the other runtime rows."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
+from _log import logged  # noqa: E402
+
+sm = snakemake  # noqa: F821
+with logged(sm):
+    import torch
+
+    from karma.profile_measured import measured_profile
+    from karma.runtime.emulation import EmulatedRunner, validate
+    from karma.runtime.rates import cpu_rates
+    from karma.tables import to_markdown
+    from models import build
+
+    torch.set_num_threads(1)  # compute on one core, the link's workers on the other (FACTS.md)
+    model, batch, below = sm.wildcards.model, sm.params.batch, sm.params.below
+    blocks = measured_profile(build(model, "small", batch), reps=3)
+    floor = blocks.unit_floor_bytes()
+    capacity = floor * below
+    profile = measured_profile(build(model, "small", batch, granularity="layer"), reps=3)
+    rates = cpu_rates(sm.params.link_mbs * 1e6, profile.optimizer)
+    print(f"{model} small batch {batch}: no plan of its {len(blocks.units)} block units fits under "
+          f"{floor / 1e6:.1f} MB (one block's backward alone); capacity {capacity / 1e6:.1f} MB ({below} of it), "
+          f"{len(profile.units)} layer units; in-core {blocks.in_core_peak_bytes() / 1e6:.1f} MB; {rates.describe()}")
+    runner = EmulatedRunner(lambda: build(model, "small", batch, seed=1, granularity="layer"), capacity,
+                            sm.params.link_mbs * 1e6, sm.params.steps)
+    table = validate(profile, list(sm.params.strategies), capacity, rates, runner, repeats=sm.params.repeats)
+    table["model"] = f"{model}-layer"
+    table.to_csv(sm.output[0], index=False)
+    print(to_markdown(table.drop(columns=["source"])))
