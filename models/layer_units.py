@@ -124,6 +124,16 @@ def preact_layers(name: str, block) -> list[tuple[str, nn.Module]]:
     return out
 
 
+def preact_chain(stem: nn.Module, stages: nn.Sequential, prefix: str, head: nn.Module) -> list[tuple[str, nn.Module]]:
+    """A pre-activation ResNet (ResNet-1001, WRN) as layers: the stem, each block's layers named
+    `<prefix><stage>_<block>_<layer>` with the skip riding along, and the head's layers."""
+    chain: list[tuple[str, nn.Module]] = [("stem", stem)]
+    for s, stage in enumerate(stages):
+        for b, block in enumerate(stage):
+            chain += preact_layers(f"{prefix}{s + 1}_{b}", block)
+    return chain + layers_of(head, "head")
+
+
 def layers_of(module: nn.Module, name: str) -> list[tuple[str, nn.Module]]:
     """A plain sequence of layers (a stem or a head) as one unit per child module, ReLUs out of place."""
     out = []

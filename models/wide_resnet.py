@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.chain import ModelSpec, cifar_batch, staged_units
-from models.layer_units import layers_of, preact_layers
+from models.layer_units import preact_chain
 
 
 class WideBasic(nn.Module):
@@ -70,13 +70,8 @@ def units(model) -> list[tuple[str, nn.Module]]:
 
 
 def layer_units(model) -> list[tuple[str, nn.Module]]:
-    """One unit per layer (models/layer_units.py): the stem, each block's bn / ReLU / conv layers
-    with the skip riding along, and the head's layers."""
-    chain: list[tuple[str, nn.Module]] = [("stem", model.stem)]
-    for s, stage in enumerate(model.groups):
-        for b, block in enumerate(stage):
-            chain += preact_layers(f"group{s + 1}_{b}", block)
-    return chain + layers_of(model.head, "head")
+    """One unit per layer (models/layer_units.py): bn / ReLU / conv, the skip riding along."""
+    return preact_chain(model.stem, model.groups, "group", model.head)
 
 
 WRN_28_10 = ModelSpec(

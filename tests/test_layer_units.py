@@ -21,7 +21,6 @@ from karma.profile_analytic import analytic_profile
 from karma.runtime.execute import make_optimizer, train_step
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
-from karma.runtime.streamed import HostWeights
 from karma.simulate import simulate
 from models import build
 from models.registry import build_original, chain_of
@@ -67,22 +66,10 @@ def layer_plan(draw, models=tuple(MODELS)):
 @SETTINGS
 @given(layer_plan())
 def test_any_plan_of_a_layer_chain_trains_exactly_like_plain_pytorch(case):
+    from tests.test_runtime import train_both
+
     name, plan = case
-    ref, run = (build(name, "tiny", seed=5, granularity="layer") for _ in range(2))
-    opt_ref = make_optimizer(ref)
-    with EmulatedLink(2e9, 2e9) as link:
-        opt_run = HostWeights(run, plan, link=link) if plan.weights == "streamed" else make_optimizer(run)
-        for s in range(2):
-            batch = run.make_batch(seed=s)
-            torch.manual_seed(1000 + s)
-            opt_ref.zero_grad()
-            ref.step_loss(*batch).backward()
-            opt_ref.step()
-            torch.manual_seed(1000 + s)
-            train_step(run, plan, opt_run, batch, Ledger(math.inf), link)
-        if isinstance(opt_run, HostWeights):
-            opt_run.sync()
-            opt_run.close()
+    ref, run, _ = train_both(name, plan, steps=2, granularity="layer")
     for (key, a), b in zip(ref.units.state_dict().items(), run.units.state_dict().values(), strict=True):
         assert torch.equal(a, b), key
 
