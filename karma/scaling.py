@@ -37,8 +37,10 @@ def interpolate(one: Profile, big: Profile, batch: int) -> Profile:
         values = {}
         for f in fields(UnitProfile):
             x, y = getattr(a, f.name), getattr(b, f.name)
-            if f.name in CONSTANT:
+            if f.name in CONSTANT or f.name == "boundary_saved":
                 values[f.name] = y
+            elif f.name == "boundary_out":  # storage ids stay, their bytes scale with the batch
+                values[f.name] = tuple((sid, round(m + (n - m) * w)) for (sid, m), (_, n) in zip(x, y, strict=True))
             else:
                 v = x + (y - x) * w
                 values[f.name] = round(v) if isinstance(y, int) else v

@@ -118,7 +118,7 @@ def block(field, value):
     (top("optimizer", "cpu"), "field 'optimizer' must be one of device, host, got 'cpu'"),
     (top("weights", 1), "field 'weights' must be one of resident, streamed, got 1"),
     (top("batch", True), "field 'batch' must be an integer >= 1, got True"),
-    (top("prefetch_depth", 1.0), "field 'prefetch_depth' must be an integer >= 1, got 1.0"),
+    (top("prefetch_depth", 1.0), "field 'prefetch_depth' must be an integer >= 0, got 1.0"),
     (top("model", ["resnet1001"]), "field 'model' must be a string"),
     (top("strategy", None), "field 'strategy' must be a string, got None"),
     (top("blocks", "all"), "field 'blocks' must be a non-empty list of block objects"),

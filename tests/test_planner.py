@@ -137,7 +137,7 @@ def test_plan_json_round_trip(tmp_path, tiny_profile):
     (lambda d: d.pop("version"), "'version'"),
     (lambda d: d["blocks"][0].update(policy="forget"), r"'blocks\[0\].policy'"),
     (lambda d: d["blocks"].pop(), "covers"),
-    (lambda d: d.update(prefetch_depth=0), "'prefetch_depth'"),
+    (lambda d: d.update(prefetch_depth=-1), "'prefetch_depth'"),
     (lambda d: d.update(weights="cloud"), "'weights'"),
     (lambda d: d["blocks"][0].update(colour=1), r"'blocks\[0\].colour'"),
 ])

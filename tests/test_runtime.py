@@ -29,7 +29,7 @@ def model_and_plan(draw):
     labels = draw(st.lists(st.sampled_from(["keep", "swap", "recompute"]), min_size=n, max_size=n))
     segments = draw(st.lists(st.integers(0, n - 1), max_size=3))
     plan = from_policies(name, 2, labels, segments=segments, checkpoint=draw(st.sampled_from(["device", "host"])),
-                         prefetch_depth=draw(st.integers(1, 3)),
+                         prefetch_depth=draw(st.integers(0, 3)),
                          weights=draw(st.sampled_from(["resident", "streamed"])))
     return name, plan
 
