@@ -23,8 +23,9 @@ KARMA. Its planner takes seconds at full budget, so the search asks it at a redu
 seeds and descents, a short walk): sound, since a plan it returns fits, but it may miss a plan the
 full search finds. It returns no plan when nothing fits, so its guess is a bisection on the
 surrogate from the longest reach of the strategies before it. The batches reported are planned at
-full budget, and (`confirm`) so is the batch after KARMA's reach: if a plan fits there, the search
-goes on at full budget.
+full budget, and (`confirm`) so is the batch after KARMA's reach: if a plan fits there (the short
+search missed it: depth 0 plans on ResNet-200), the search goes on from there at twice the budget,
+then confirms again, until the batch after the reach has no plan at full budget.
 """
 
 from __future__ import annotations
@@ -49,18 +50,19 @@ LIMIT_FACTOR = 64
 #: Multiples of the largest in-core batch at which every strategy's throughput is reported.
 MULTIPLES = (1, 2, 4, 8)
 #: KARMA planner budget (karma.planner.plan `work`) of the feasibility checks in the bisection.
-SEARCH_WORK = 0.02
+SEARCH_WORK = 0.1
 
 
-def largest_batch(fits: Callable[[int], bool], limit: int, guess: int | None = None) -> int | None:
+def largest_batch(fits: Callable[[int], bool], limit: int, guess: int | None = None,
+                  known: dict[int, bool] | None = None) -> int | None:
     """The largest batch b <= `limit` with fits(b) and not fits(b + 1) (b = `limit` when it fits);
     None when batch 1 does not fit. Gallops from `guess` (doubling steps up while batches fit,
     down while they do not), then bisects the bracket: about 2 log2(error) calls when the guess
     is off by `error`, 2 when it is right. Where fitting is not monotone in the batch, the answer
-    is one edge of the fitting batches, not necessarily the last one."""
+    is one edge of the fitting batches, not necessarily the last one. `known`: answers had already."""
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
-    seen: dict[int, bool] = {}
+    seen: dict[int, bool] = dict(known or {})
 
     def ok(batch: int) -> bool:
         if batch not in seen:
@@ -185,16 +187,18 @@ def outcome(strategy: str, profile: Profile, hw: Hardware, capacity: float) -> O
 
 
 def guess_reach(strategy: str, batches: Batches, hw: Hardware, capacity: float, limit: int, start: int,
-                work: float = SEARCH_WORK) -> int | None:
+                work: float = SEARCH_WORK, ask: Callable[[int], bool] | None = None) -> int | None:
     """A guess of the strategy's reach on the surrogate, asking the strategy once: a baseline that
     cannot fit returns its most frugal configuration (baselines/_choose.py), so its plan at the limit
     is the configuration that saves most there, and the last batch that configuration fits (cheap
     simulations of a fixed plan) is near the last batch at which the strategy finds any (a baseline
     can take seconds per plan on a long chain: Capuchin's greedy simulates per unit). A strategy with
-    no plan there (KARMA's planner when nothing fits) is bisected from `start`, asked at every step."""
+    no plan there (KARMA's planner when nothing fits) is bisected from `start`, asked at every step
+    (`ask(batch)`: whether it fits on the surrogate)."""
+    ask = ask or (lambda b: fits(strategy, batches.approx(b), hw, capacity, work))
     plan = attempt(strategy, batches.approx(limit), hw, capacity, work)
     if plan is None:
-        return largest_batch(lambda b: fits(strategy, batches.approx(b), hw, capacity, work), limit, start)
+        return largest_batch(ask, limit, start)
     return largest_batch(lambda b: plan_fits(plan, batches.approx(b), hw, capacity), limit, start)
 
 
@@ -203,14 +207,27 @@ def search(strategy: str, batches: Batches, hw: Hardware, capacity: float, limit
     """(largest batch that fits, note): a guess on the surrogate from `guess` (`guess_reach`),
     settled on exact profiles (`largest_batch`); with `confirm`, KARMA's planner is asked again at
     full budget at the batch after its reach (module docstring)."""
-    guess = guess_reach(strategy, batches, hw, capacity, limit, guess or 1, work)
-    reach = largest_batch(lambda b: fits(strategy, batches.exact(b), hw, capacity, work), limit, guess or 1)
-    note = ""
-    if (confirm and strategy == "karma" and reach is not None and reach < limit
-            and fits(strategy, batches.exact(reach + 1), hw, capacity, 1.0)):
-        full = largest_batch(lambda b: fits(strategy, batches.exact(b), hw, capacity, 1.0), limit, reach + 1)
-        note = f"the search at work {work} stopped at {reach}; at full budget a plan fits up to {full}"
-        reach = full
+    answers: dict[tuple[int, float, bool], bool] = {}
+
+    def ask(batch: int, w: float = work, exact: bool = True) -> bool:
+        profile = batches.exact(batch) if exact else batches.approx(batch)
+        key = (batch, w, batch in batches.exact_profiles)  # a surrogate already exact shares its answer
+        if key not in answers:
+            answers[key] = fits(strategy, profile, hw, capacity, w)
+        return answers[key]
+
+    guess = guess_reach(strategy, batches, hw, capacity, limit, guess or 1, work, lambda b: ask(b, exact=False))
+    reach = largest_batch(ask, limit, guess or 1)
+    note, level = "", work
+    while confirm and strategy == "karma" and reach is not None and reach < limit and level < 1.0:
+        if not ask(reach + 1, 1.0):
+            break
+        # the search at `level` missed plans: again from the batch that fits, at twice the budget
+        level = min(2 * level, 1.0)
+        found = largest_batch(lambda b, w=level: ask(b, w), limit, reach + 1)
+        note = (f"the search at work {work} stopped at {reach}; at work {level} (the next batch at full budget) "
+                f"it went on to {max(found or 0, reach + 1)}")
+        reach = max(found or 0, reach + 1)
     return reach, note
 
 

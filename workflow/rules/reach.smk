@@ -2,7 +2,7 @@
 # speed it keeps there, simulated on the paper's models, beside the published reach of other systems.
 
 REACH = {"models": config["speedup_models"], "multiples": [1, 2, 4, 8], "granularity": ["block"],
-         "limit_factor": 64, "karma_work": 0.02, "karma_confirm": True, **config.get("reach", {})}
+         "limit_factor": 64, "karma_work": 0.1, "karma_confirm": True, **config.get("reach", {})}
 
 
 rule reach:
