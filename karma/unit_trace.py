@@ -299,8 +299,8 @@ def trace_unit(unit: torch.nn.Module, x, loss: Callable | None = None, target=No
     karma.precision.MetaAutocast), so saved tensors are 2-byte where autocast makes them so.
     `x` is the unit's input boundary: one tensor or a tuple (models/boundary.py); its bytes,
     and the output's, count each storage once, and the gradients of its inputs are measured as
-    the chain makes them (`_boundary_gradients`)."""
-    from models.boundary import nbytes, storages, tensors
+    the chain makes them (models.boundary.boundary_gradients)."""
+    from models.boundary import boundary_gradients, nbytes, storages, tensors
 
     params = {storage_key(p) for p in unit.parameters()}
     saved: dict[int, int] = {}
@@ -357,7 +357,7 @@ def trace_unit(unit: torch.nn.Module, x, loss: Callable | None = None, target=No
     alias = reused = 0
     with bwd:
         if multi:
-            input_grad, param_grads, alias, reused = _boundary_gradients(unit, ins, edges, grads)
+            input_grad, param_grads, alias, reused = boundary_gradients(unit, ins, edges, grads)
         elif edges:
             torch.autograd.backward(edges, grads)
     del grads
@@ -387,48 +387,3 @@ def trace_unit(unit: torch.nn.Module, x, loss: Callable | None = None, target=No
         saved_out=saved_out,
         out_from_in=out_from_in,
     )
-
-
-def _boundary_gradients(unit: torch.nn.Module, ins: tuple, edges: list, grads: list) -> tuple[int, int, int, int]:
-    """The backward of a unit whose boundary has several tensors, by torch.autograd.grad so that the
-    input gradients come back as the chain makes them (accumulating into leaf inputs would copy a
-    gradient two inputs share: the join of a residual block hands its output's gradient to both).
-    Returns (new input-gradient bytes, weight-gradient bytes, grad_alias_bytes, grad_reused_bytes):
-    gradients of two inputs that are one tensor are counted once (alias: input bytes less the
-    distinct gradient bytes), and an input gradient that is the output's gradient, or that of an
-    input handed on unchanged, is no new memory (reused: input bytes less the new bytes)."""
-    wanted = [t for t in ins if t.requires_grad]
-    params = [p for p in unit.parameters() if p.requires_grad]
-    found = torch.autograd.grad(edges, wanted + params, grads, allow_unused=True) if edges and wanted + params \
-        else [None] * (len(wanted) + len(params))
-    fed = {storage_key(g) for g in grads}
-    per_input: dict[int, tuple[int, object]] = {}  # input storage -> (bytes, its gradient's storage)
-    for t, g in zip(wanted, found[:len(wanted)], strict=True):
-        key = storage_key(t)
-        # no gradient here (an input handed on unchanged): the chain's is the output's, its own storage
-        per_input[key] = (storage_bytes(t), ("own", key) if g is None else storage_key(g))
-    distinct: dict[object, int] = {}
-    new: dict[object, int] = {}
-    for nbytes, gkey in per_input.values():
-        distinct.setdefault(gkey, nbytes)
-        if not (isinstance(gkey, tuple) or gkey in fed):
-            new.setdefault(gkey, nbytes)
-    total = sum(n for n, _ in per_input.values())
-    weight_grads = sum({storage_key(g): storage_bytes(g) for g in found[len(wanted):] if g is not None}.values())
-    return sum(new.values()), weight_grads, total - sum(distinct.values()), total - sum(new.values())
-
-
-def unit_signature(unit: torch.nn.Module, x, last: bool) -> tuple:
-    """Units with the same structure and input cost the same: profile once."""
-    from models.boundary import tensors
-
-    return (type(unit).__name__, repr(unit), tuple((tuple(t.shape), t.dtype, t.requires_grad) for t in tensors(x)),
-            last)
-
-
-def next_input(output):
-    """The next unit's input: the output (a tensor or a boundary tuple), detached, floating tensors
-    carrying grad; a storage that appears twice stays one tensor."""
-    from models.boundary import detached
-
-    return detached(output)
