@@ -387,3 +387,19 @@ def trace_unit(unit: torch.nn.Module, x, loss: Callable | None = None, target=No
         saved_out=saved_out,
         out_from_in=out_from_in,
     )
+
+
+def unit_signature(unit: torch.nn.Module, x, last: bool) -> tuple:
+    """Units with the same structure and input cost the same: profile once."""
+    from models.boundary import tensors
+
+    return (type(unit).__name__, repr(unit), tuple((tuple(t.shape), t.dtype, t.requires_grad) for t in tensors(x)),
+            last)
+
+
+def next_input(output):
+    """The next unit's input: the output (a tensor or a boundary tuple), detached, floating tensors
+    carrying grad; a storage that appears twice stays one tensor."""
+    from models.boundary import detached
+
+    return detached(output)

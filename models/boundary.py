@@ -38,12 +38,6 @@ def nbytes(b: Boundary) -> int:
     return sum(storages(b).values())
 
 
-def carried(inputs: Boundary, outputs: Boundary) -> int:
-    """Bytes of the input storages handed on unchanged in the output (a skip riding along)."""
-    out = storages(outputs)
-    return sum(n for key, n in storages(inputs).items() if key in out)
-
-
 def detached(b: Boundary) -> Boundary:
     """The boundary as the next unit's leaf inputs: detached, floating tensors requiring grad;
     a tensor that appears twice stays one tensor."""
@@ -86,19 +80,3 @@ def boundary_gradients(unit: torch.nn.Module, ins: tuple, edges: list, grads: li
     total = sum(n for n, _ in per_input.values())
     weight_grads = sum({storage_key(g): storage_bytes(g) for g in found[len(wanted):] if g is not None}.values())
     return sum(new.values()), weight_grads, total - sum(distinct.values()), total - sum(new.values())
-
-
-def unit_signature(unit: torch.nn.Module, x, last: bool) -> tuple:
-    """Units with the same structure and input cost the same: profile once."""
-    from models.boundary import tensors
-
-    return (type(unit).__name__, repr(unit), tuple((tuple(t.shape), t.dtype, t.requires_grad) for t in tensors(x)),
-            last)
-
-
-def next_input(output):
-    """The next unit's input: the output (a tensor or a boundary tuple), detached, floating tensors
-    carrying grad; a storage that appears twice stays one tensor."""
-    from models.boundary import detached
-
-    return detached(output)
