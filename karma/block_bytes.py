@@ -89,6 +89,25 @@ def storage_bytes_of(profile: Profile) -> dict[int, int]:
     return {sid: n for u in profile.units for sid, n in u.boundary_out}
 
 
+def lent_storages(profile: Profile, plan: Plan) -> list[set[int]]:
+    """Per block, the boundary storages the next block's prefetch brings back for it: both blocks swapped,
+    both save it, and this block saves it once (the runtime's store lends a tensor it holds once; one
+    saved by two units of the block is copied by each block, karma/runtime/saved.py `same_as`)."""
+    units, blocks = profile.units, plan.blocks
+    out: list[set[int]] = []
+    for k, b in enumerate(blocks):
+        if k + 1 == len(blocks) or not b.policy == blocks[k + 1].policy == "swap":
+            out.append(set())
+            continue
+        savers: dict[int, int] = {}
+        for i in b.units:
+            for sid in units[i].boundary_saved:
+                savers[sid] = savers.get(sid, 0) + 1
+        later = {sid for i in blocks[k + 1].units for sid in units[i].boundary_saved}
+        out.append({sid for sid, n in savers.items() if n == 1 and sid in later})
+    return out
+
+
 def _storage_block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
     """BlockBytes of a profile with boundary storage ids: a block's copy moves its units' own saved
     bytes and each boundary storage its units save once; between two swapped blocks, a storage both
@@ -101,10 +120,7 @@ def _storage_block_bytes(profile: Profile, plan: Plan, host_side: bool) -> Block
         own[0] -= min(units[0].saved_input_bytes, units[0].input_bytes)
     saved = [{sid for i in b.units for sid in units[i].boundary_saved} for b in blocks]
     nb = len(blocks)
-    shared = [0.0] * nb  # with the next block, both swapped
-    for k in range(nb - 1):
-        if blocks[k].policy == blocks[k + 1].policy == "swap":
-            shared[k] = float(sum(size[sid] for sid in saved[k] & saved[k + 1]))
+    shared = [float(sum(size[sid] for sid in ids)) for ids in lent_storages(profile, plan)]
     lent, borrowed = shared, [0.0] + shared[:-1]
     inner = [sum(own[i] for i in b.units) for b in blocks]
     act = [inner[k] + sum(size[sid] for sid in saved[k]) - borrowed[k] for k in range(nb)]

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from karma.block_bytes import storage_bytes_of
+from karma.block_bytes import lent_storages, storage_bytes_of
 from karma.plan import Plan
 from karma.profile import Profile
 from karma.schedule import Schedule
@@ -110,9 +110,10 @@ def hold_boundary_storages(profile: Profile, plan: Plan, s: Schedule, t: OpTimes
     for sid, i in maker.items():
         holds.add(sid, t.forward[i][0], t.forward[reader.get(sid, i)][1], block_of[i])
     saved = [{sid for i in b.units for sid in units[i].boundary_saved} for b in blocks]
+    lent = lent_storages(profile, plan)
     for k, b in enumerate(blocks):
         if b.policy == "swap":
-            _swapped(holds, k, plan, units, saved, t, swap_out_end)
+            _swapped(holds, k, plan, units, saved, lent, t, swap_out_end)
         for i in b.units:
             for sid in units[i].boundary_saved:
                 if b.policy == "keep":
@@ -127,14 +128,14 @@ def hold_boundary_storages(profile: Profile, plan: Plan, s: Schedule, t: OpTimes
     holds.to(s, size)
 
 
-def _swapped(holds: _Holds, k: int, plan: Plan, units, saved: list[set], t: OpTimes,
+def _swapped(holds: _Holds, k: int, plan: Plan, units, saved: list[set], lent: list[set], t: OpTimes,
              swap_out_end: list[float]) -> None:
     """A swapped block's holds: its savers' storages until its copy out ends (those the swapped block
-    before saves too go out with that block's copy), and their prefetched copies."""
+    before lends go out with that block's copy), and their prefetched copies."""
     blocks = plan.blocks
     b = blocks[k]
-    before = saved[k - 1] if k and blocks[k - 1].policy == "swap" else set()
-    after = saved[k + 1] if k + 1 < len(blocks) and blocks[k + 1].policy == "swap" else set()
+    before = lent[k - 1] if k else set()
+    after = lent[k]
     for i in b.units:
         for sid in units[i].boundary_saved:
             if sid not in before:
