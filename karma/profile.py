@@ -202,7 +202,9 @@ class Profile:
     def activation_bytes(self) -> int:
         """Bytes saved for backward by a whole forward pass, each storage once."""
         if self.has_boundary_storages():
-            size = {sid: n for u in self.units for sid, n in u.boundary_out}
+            from karma.block_bytes import storage_bytes_of
+
+            size = storage_bytes_of(self)
             saved = {sid for u in self.units for sid in u.boundary_saved}
             inner = sum(u.saved_bytes - sum(size[sid] for sid in u.boundary_saved) for u in self.units)
             return inner + sum(size[sid] for sid in saved)
