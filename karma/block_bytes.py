@@ -45,26 +45,26 @@ def block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
     if any(u.boundary_out for u in profile.units):
         return _storage_block_bytes(profile, plan, host_side)
     units, blocks = profile.units, plan.blocks
-    block_of = [0] * len(units)
-    for k, b in enumerate(blocks):
-        for i in b.units:
-            block_of[i] = k
+    shared = profile.shared_bytes
     own = [float(u.saved_bytes) for u in units]
     lent, borrowed = [0.0] * len(blocks), [0.0] * len(blocks)
-    for i in range(1, len(units)):
-        before, here = blocks[block_of[i - 1]], blocks[block_of[i]]
-        if before is here or (before.policy == here.policy and here.policy in ("keep", "swap")):
-            own[i] -= profile.shared_boundary_bytes(i - 1)
-        if before is not here and before.policy == here.policy == "swap":
-            lent[block_of[i - 1]] = borrowed[block_of[i]] = float(profile.shared_boundary_bytes(i - 1))
+    for b in blocks:  # inside a block, its units share their boundaries
+        for i in range(b.start + 1, b.stop):
+            own[i] -= shared[i - 1]
+    for k in range(1, len(blocks)):  # across a cut: between two kept or two swapped blocks
+        before, here = blocks[k - 1], blocks[k]
+        if before.policy == here.policy and here.policy in ("keep", "swap"):
+            own[here.start] -= shared[here.start - 1]
+            if here.policy == "swap":
+                lent[k - 1] = borrowed[k] = float(shared[here.start - 1])
     for b in blocks:  # a recomputed block's first unit saves its input: the block's checkpoint, counted apart
         if b.policy == "recompute":
             own[b.start] -= min(units[b.start].saved_input_bytes, units[b.start].input_bytes)
-    act = [sum(own[i] for i in b.units) for b in blocks]
+    act = [sum(own[b.start:b.stop]) for b in blocks]
     ckpt = []
     for k, b in enumerate(blocks):
-        shared = profile.shared_boundary_bytes(b.start - 1) if k and blocks[k - 1].policy == "keep" else 0
-        ckpt.append(units[b.start].input_bytes - shared)
+        before = shared[b.start - 1] if k and blocks[k - 1].policy == "keep" else 0
+        ckpt.append(units[b.start].input_bytes - before)
     params, state, uses, static = _weights(profile, plan, host_side)
     return BlockBytes(own, act, ckpt, params, state, uses, static, lent, borrowed, mem_ckpt=ckpt,
                       mem_out=[a - n for a, n in zip(act, lent, strict=True)],
@@ -75,9 +75,10 @@ def block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
 def _weights(profile: Profile, plan: Plan, host_side: bool):
     """(params, state, uses per block; static bytes)."""
     units, blocks = profile.units, plan.blocks
-    params = [float(sum(units[i].param_bytes for i in b.units)) for b in blocks]
-    state = [float(sum(units[i].optimizer_bytes for i in b.units)) for b in blocks]
-    uses = [params[k] + sum(units[i].tied_param_bytes for i in b.units) for k, b in enumerate(blocks)]
+    pp, op, tp = profile.weight_prefix  # integer prefix sums: the same sums as unit by unit
+    params = [float(pp[b.stop] - pp[b.start]) for b in blocks]
+    state = [float(op[b.stop] - op[b.start]) for b in blocks]
+    uses = [params[k] + (tp[b.stop] - tp[b.start]) for k, b in enumerate(blocks)]
     static = float(sum(u.buffer_bytes for u in units))
     if plan.weights != "streamed":
         static += sum(u.param_bytes + (0 if host_side else u.optimizer_bytes) for u in units)

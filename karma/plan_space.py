@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from karma.plan import Block, Plan
+from karma.plan import Block, Plan, unchecked
 from karma.profile import Profile
 
 KINDS = ("K", "S", "R", "r")
@@ -64,8 +64,8 @@ def to_plan(profile: Profile, groups: list[tuple[int, int]], state: State, strat
     blocks, depth, layout = state
     weights, optimizer = LAYOUTS[layout]
     plan_blocks = tuple(Block(groups[a][0], groups[b - 1][1], *POLICY[kind]) for a, b, kind in blocks)
-    return Plan(model=profile.model, batch=profile.batch, units=len(profile.units), blocks=plan_blocks,
-                weights=weights, prefetch_depth=depth, optimizer=optimizer, strategy=strategy)
+    return unchecked(model=profile.model, batch=profile.batch, units=len(profile.units), blocks=plan_blocks,
+                     weights=weights, prefetch_depth=depth, optimizer=optimizer, strategy=strategy)
 
 
 def refine_state(state: State, coarse: list[tuple[int, int]], fine: list[tuple[int, int]]) -> State:

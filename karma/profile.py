@@ -20,6 +20,7 @@ import io
 import json
 import math
 from dataclasses import MISSING, asdict, dataclass, fields
+from functools import cached_property
 from pathlib import Path
 
 from karma.errors import KarmaError, choose, number, read_json, text
@@ -198,6 +199,33 @@ class Profile:
         if i + 1 >= len(self.units):
             return 0
         return min(self.units[i].saved_output_bytes, self.units[i + 1].saved_input_bytes)
+
+    # Per-unit terms the simulator reads for every plan it simulates, computed once per profile
+    # (the planner simulates tens of thousands of plans of one profile: karma/plan_search.py).
+
+    @cached_property
+    def shared_bytes(self) -> tuple[int, ...]:
+        """`shared_boundary_bytes(i)` for every unit i (0 for the last)."""
+        return tuple(self.shared_boundary_bytes(i) for i in range(len(self.units)))
+
+    @cached_property
+    def transients(self) -> tuple[float, ...]:
+        """`backward_transient(units, i)` for every unit i."""
+        return tuple(backward_transient(self.units, i) for i in range(len(self.units)))
+
+    @cached_property
+    def weight_prefix(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """Prefix sums over the units of param, optimizer and tied-param bytes (a block's are a difference)."""
+        sums = ([0], [0], [0])
+        for u in self.units:
+            for acc, value in zip(sums, (u.param_bytes, u.optimizer_bytes, u.tied_param_bytes), strict=True):
+                acc.append(acc[-1] + value)
+        return tuple(tuple(acc) for acc in sums)
+
+    @cached_property
+    def output_gradients(self) -> tuple[float, ...]:
+        """`output_gradient_bytes(units, i)` for every unit i."""
+        return tuple(output_gradient_bytes(self.units, i) for i in range(len(self.units)))
 
     def activation_bytes(self) -> int:
         """Bytes saved for backward by a whole forward pass, each storage once."""

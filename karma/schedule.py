@@ -10,6 +10,7 @@ starts), except an op of no duration, whose frees follow its own allocation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 
 @dataclass(frozen=True)
@@ -33,46 +34,43 @@ class Schedule:
         self.mem: list[tuple[float, int, float, int]] = []  # (time, order, delta, block)
         self.record = record
         self.timeline: list[Event] = []
-        self.order = 0
         self.compute_start = 0.0
+        self._queues = {"h2d": "link", "d2h": "link"} if duplex == "half" else {}
 
     def queue(self, resource: str) -> str:
-        if self.duplex == "half" and resource in ("h2d", "d2h"):
-            return "link"
-        return resource
+        return self._queues.get(resource, resource)
 
     def op(self, resource: str, name: str, block: int, ready: float, duration: float,
            alloc: float = 0.0, free: float = 0.0) -> tuple[float, float]:
-        q = self.queue(resource)
-        start = max(self.free_at.get(q, 0.0), ready)
+        q = self._queues.get(resource, resource)
+        free_at = self.free_at.get(q, 0.0)
+        start = free_at if free_at > ready else ready
         end = start + duration
         self.free_at[q] = end
         if q == "compute":
             self.compute_start = start
         self.busy[q] = self.busy.get(q, 0.0) + duration
         if alloc:
-            self.alloc(start, alloc, block)
+            self.mem.append((start, 1, alloc, block))
         if free:
             # an op of no duration frees after its own allocation, not before (frees come first at equal times)
-            self.release(end, free, block, after_allocs=end == start)
+            self.mem.append((end, 2 if end == start else 0, -free, block))
         if self.record:
             self.timeline.append(Event(q, name, block, start, end))
         return start, end
 
     def alloc(self, t: float, nbytes: float, block: int) -> None:
-        self.order += 1
         self.mem.append((t, 1, nbytes, block))
 
     def release(self, t: float, nbytes: float, block: int, after_allocs: bool = False) -> None:
         """Frees come first at equal times, except those of an op of no duration (after_allocs)."""
-        self.order += 1
         self.mem.append((t, 2 if after_allocs else 0, -nbytes, block))
 
     def peak(self, base: float, capacity: float) -> tuple[float, int | None, float]:
         """Peak bytes, and the first block whose allocation crossed `capacity` (frees first at equal times)."""
         level = peak = base
         first_over, over_by = (0, base - capacity) if base > capacity else (None, 0.0)
-        for _t, _kind, delta, block in sorted(self.mem, key=lambda e: (e[0], e[1])):
+        for _t, _kind, delta, block in sorted(self.mem, key=itemgetter(0, 1)):
             level += delta
             if level > peak:
                 peak = level

@@ -63,7 +63,7 @@ from karma.hardware import Hardware
 from karma.network import allreduce_time, nodes_for
 from karma.plan import Plan
 from karma.precision import master_bytes
-from karma.profile import OPTIMIZER_STATE_FACTOR, GradientBytes, Profile, backward_transient, output_gradient_bytes
+from karma.profile import OPTIMIZER_STATE_FACTOR, GradientBytes, Profile
 from karma.schedule import Event, Schedule
 
 
@@ -122,9 +122,10 @@ class _Iteration:
     pending: list[tuple[int, float]] = field(default_factory=list)
     times: OpTimes = field(default_factory=OpTimes)
 
-    @property
-    def streamed(self) -> bool:
-        return self.plan.weights == "streamed"
+    streamed: bool = False  # the plan's weights are streamed
+
+    def __post_init__(self):
+        self.streamed = self.plan.weights == "streamed"
 
     def upload(self, k: int, ready: float) -> float:
         """Block k's weights up (streamed); returns when they are there."""
@@ -191,7 +192,7 @@ def _forward(it: _Iteration) -> None:
         if b.policy == "recompute":
             s.alloc(ready, by.mem_ckpt[k], k)
         first = True
-        for i in b.units:
+        for i in range(b.start, b.stop):
             u = units[i]
             keep = by.own[i] if b.policy != "recompute" else 0.0
             start, t = s.op("compute", "forward", k, ready, u.forward_time,
@@ -234,7 +235,7 @@ def _backward(it: _Iteration) -> None:
     """Blocks in reverse: prefetches `depth` blocks ahead, a recomputed block's forwards again, its
     backwards; then its gradients go down and are reduced and applied on the host (host optimizer)
     or reduced on the device (data parallel)."""
-    s, by, units = it.s, it.by, it.profile.units
+    s, by, units, transients = it.s, it.by, it.profile.units, it.profile.transients
     blocks, depth, nb = it.plan.blocks, it.plan.prefetch_depth, len(it.plan.blocks)
     it.prefetch_end = [0.0] * nb
     bwd_ready = it.forward_end
@@ -248,9 +249,9 @@ def _backward(it: _Iteration) -> None:
         ready = max(bwd_ready, it.prefetch_end[k])
         first = True
         # the gradient of the block's output (made by the next unit's backward) waits through the recompute
-        waiting_grad = output_gradient_bytes(units, b.stop - 1) if b.policy == "recompute" else 0.0
+        waiting_grad = it.profile.output_gradients[b.stop - 1] if b.policy == "recompute" else 0.0
         if b.policy == "recompute":
-            for i in b.units:
+            for i in range(b.start, b.stop):
                 u = units[i]
                 workspace = by.workspace[i]
                 if i == b.stop - 1 and i < len(units) - 1 and not u.saved_output_bytes and not by.storages:
@@ -265,9 +266,9 @@ def _backward(it: _Iteration) -> None:
                     s.alloc(start, waiting_grad, k)
                     if depth and k - depth >= 0:
                         _prefetch(it, k - depth, start)
-        for i in reversed(b.units):
+        for i in range(b.stop - 1, b.start - 1, -1):
             u = units[i]
-            transient = backward_transient(units, i)
+            transient = transients[i]
             start, ready = s.op("compute", "backward", k, ready, u.backward_time,
                                 alloc=transient + tied_grads(u), free=transient + by.own[i])
             it.times.backward[i] = (start, ready)
