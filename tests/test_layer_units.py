@@ -178,22 +178,33 @@ def test_the_lower_bound_is_below_every_feasible_layer_plan(small_profiles):
 #: simulator lent it (karma.block_bytes.lent_storages now lends only what a block saves once).
 UNDER_PREDICTED = ("RRRR|rrr|rrrrrrr|S|rrrrrrrrr|S|rrrrrrrrr|SSS|SSSSSSSS|rrrrrrrrrrrrrrrrrrrrrrrrrrrrr|"
                    "RRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRR|K|KKKKKKKKKKKKKKKKKK|RRRRR|KKKKKKKKKKKKKKKKKK|K|KKKKKKKKKKKK|KKKKKKKKKKK")
+#: The reach case's next KARMA plan (streamed, on demand), planned to 0.5% under its capacity: the runtime's
+#: memory step peaked 1.2% over the prediction, out of the capacity, at the sum of the two gradients of a
+#: fork (a block's input, read by its first conv and by the skip): plain PyTorch sums them in place, the
+#: runtime's memory-tracking dispatch mode made it sum out of place (karma.unit_trace.accumulates_gradients).
+FORK_SUM = ("K|RRRRR|KKK|R|R|RRR|S|RRRRRR|K|RR|K|R|RR|RRRRRR|SS|SSSSSSS|SSS|SSSSSSS|K|RR|K|RR|R|KK|R|KK|R|K|RR|R|"
+            "KKKKK|R|K|RRR|KKKKK|R|K|R|K|RR|KKKKKK|R|KKKKKKKKK|R|KKKKKKKKK|R|KKKKKKKKK|R|KKKKKKKKK|R|KKKKKKKKK|R|K|R|"
+            "KKKKKKKKK|R|KKKKKKKKKKKKK")
 
 
-def test_a_skip_saved_twice_by_a_swapped_block_is_copied_by_each_block():
+@pytest.mark.parametrize("code, depth, above", [(UNDER_PREDICTED, 2, 0.05), (FORK_SUM, 0, 0.005)],
+                         ids=["skip-saved-twice", "fork-sum"])
+def test_the_reach_cases_plans_peak_where_the_simulator_says(code, depth, above):
+    """Measured peak of each plan within 5% of the prediction, and not more than `above` over it (the
+    reach case plans to within 0.5% of its capacity: an under-prediction is an out of memory)."""
     from karma.plan import Block, Plan
     from karma.runtime.streamed import HostWeights
 
     kinds = {"K": ("keep", "device"), "S": ("swap", "device"), "R": ("recompute", "host"),
              "r": ("recompute", "device")}
     blocks, at = [], 0
-    for run in UNDER_PREDICTED.split("|"):
+    for run in code.split("|"):
         blocks.append(Block(at, at + len(run), *kinds[run[0]]))
         at += len(run)
     fast = dataclasses.replace(load("v100-abci"), h2d_bw=1e15, d2h_bw=1e15)
     profile = analytic_profile(build("resnet50", "small", 64, device="meta", granularity="layer"), fast)
     plan = Plan(model="resnet50", batch=64, units=len(profile.units), blocks=tuple(blocks), weights="streamed",
-                prefetch_depth=2)
+                prefetch_depth=depth)
     predicted = simulate(profile, plan, fast, capacity=math.inf).peak_bytes
     run = build("resnet50", "small", 64, seed=0, granularity="layer")
     with SerialLink(1e15, 1e15) as link:
@@ -203,3 +214,4 @@ def test_a_skip_saved_twice_by_a_swapped_block_is_copied_by_each_block():
         finally:
             opt.close()
     assert measured == pytest.approx(predicted, rel=0.05)
+    assert measured <= predicted * (1 + above)

@@ -270,3 +270,39 @@ def test_an_oom_names_each_streams_pool():
     assert pools_by_stream(segments) == ("stream 0x0: 5.00 GB reserved, 2.00 GB allocated, "
                                          "stream 0x55: 2.00 GB reserved, 0.00 GB allocated")
     assert pools_by_stream([]) == "no segments"
+
+
+def _fork(n: int):
+    """A tensor h read twice (h * 2, and the skip around it), every gradient a dense n x n float32
+    tensor of its own (4 n^2 bytes). Backward: y's gradient g = c (c is freed, its backward done), then
+    2 g for the first branch, then the sum of the two gradients of h."""
+    torch.manual_seed(0)
+    x = torch.randn(n, n, requires_grad=True)
+    c = torch.randn(n, n)
+    h = x * 1.5
+    return (h * 2 + h).mul(c).sum()
+
+
+def test_a_forks_two_gradients_are_summed_in_place_as_plain_pytorch_sums_them():
+    """The premise of karma.unit_trace.accumulates_gradients, on this torch: a plain backward sums a fork's
+    gradients in place (no out-of-place add in the backward), and the emulated device's memory step counts
+    that sum as plain PyTorch's memory holds it, not as the new tensor its own dispatch mode makes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from karma.runtime.ledger import LiveTracker
+
+    n = 256
+    loss = _fork(n)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        loss.backward()
+    names = [e.name for e in prof.events()]
+    assert "aten::add_" in names and "aten::add" not in names
+
+    ledger = Ledger(math.inf)
+    with LiveTracker(ledger):
+        loss = _fork(n)
+        base = ledger.peak = ledger.used  # x, and c (saved for the backward)
+        loss.backward()
+    tensor = 4 * n * n
+    # at the sum: g and 2 g, c gone: one tensor over the forward's; summed out of place, two
+    assert tensor <= ledger.peak - base <= tensor + 1024

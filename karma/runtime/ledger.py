@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from karma.errors import KarmaError
-from karma.unit_trace import StorageLifetimes
+from karma.unit_trace import StorageLifetimes, accumulates_gradients
 
 
 class DeviceOOM(KarmaError):
@@ -84,8 +84,14 @@ class LiveTracker(TorchDispatchMode):
                                            lambda key, _nbytes: ledger.release(key, self))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self._lifetimes.settle()
         out = func(*args, **(kwargs or {}))
+        defer = accumulates_gradients(func, args, kwargs)  # summed in place by plain PyTorch (unit_trace)
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor) and t.device.type != "meta":
-                self._lifetimes.track(t, new_storage=not func.is_view)
+                self._lifetimes.track(t, new_storage=not func.is_view, defer=defer)
         return out
+
+    def __exit__(self, *exc):
+        self._lifetimes.settle()
+        return super().__exit__(*exc)
