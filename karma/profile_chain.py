@@ -15,7 +15,8 @@ import torch
 
 from karma.precision import PROFILE_DTYPE, optimizer_bytes
 from karma.profile import Profile, UnitProfile
-from karma.unit_trace import UnitTrace, next_input, storage_bytes, storage_key, trace_unit, unit_signature
+from karma.storage_lifetimes import storage_bytes, storage_key
+from karma.unit_trace import UnitTrace, next_input, trace_unit, unit_signature
 from models.chain import ChainModel
 
 #: (unit, input, loss or None, target or None, trace) -> (forward s, backward s)

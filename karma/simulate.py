@@ -122,7 +122,7 @@ class _Iteration:
     pending: list[tuple[int, float]] = field(default_factory=list)
     times: OpTimes = field(default_factory=OpTimes)
 
-    streamed: bool = False  # the plan's weights are streamed
+    streamed: bool = field(init=False, default=False)  # the plan's weights are streamed
 
     def __post_init__(self):
         self.streamed = self.plan.weights == "streamed"

@@ -27,8 +27,6 @@ the caller times the passes.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -39,6 +37,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from karma.precision import autocast
+from karma.storage_lifetimes import StorageLifetimes, accumulates_gradients, storage_bytes, storage_key
 
 #: Size queries that dispatch modes see but that are not kernels.
 _SKIP = {
@@ -56,15 +55,6 @@ NO_KERNEL = {
 }
 #: GEMM-like operators: (m, n, k) of the matrix product each runs, for `narrowest`
 GEMMS = {"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten.convolution", "aten.convolution_backward"}
-
-
-def storage_key(t: torch.Tensor) -> int:
-    """Identity of the memory behind a tensor, valid on meta too (no data_ptr there)."""
-    return t.untyped_storage()._cdata
-
-
-def storage_bytes(t: torch.Tensor) -> int:
-    return t.untyped_storage().nbytes()
 
 
 @dataclass
@@ -98,83 +88,6 @@ def narrowest(name: str, args) -> float:
         return float(min(a.shape[-2], a.shape[-1], b.shape[-1]))
     except (AttributeError, IndexError, TypeError):
         return 0.0
-
-
-class StorageLifetimes:
-    """Which storages created by operators are still alive, and how many bytes.
-
-    A storage counts from the op that creates it until its last tensor dies
-    (weakref finalizers; autograd keeps the Python objects of the tensors it
-    holds alive, so this follows PyTorch's own lifetimes, on meta as on CPU).
-    `allocated(key, nbytes)` is called when a storage appears (it may raise to
-    refuse it) and `freed(key, nbytes)` when its last tensor dies. Thread safe:
-    finalizers run on whichever thread drops the last reference.
-    """
-
-    def __init__(self, allocated: Callable[[int, int], None], freed: Callable[[int, int], None]):
-        self.allocated, self.freed = allocated, freed
-        self._refs: dict[int, list[int]] = {}  # key -> [bytes, live tensors, 1 while deferred]
-        self._deferred: list[int] = []
-        self._lock = threading.Lock()
-
-    def track(self, t: torch.Tensor, new_storage: bool, key=None, defer: bool = False) -> None:
-        """Follow `t`'s storage (under `key`, by default the storage's own identity). With `defer`, a
-        new storage counts only from the next `settle()` (see `accumulates_gradients`)."""
-        key = storage_key(t) if key is None else key
-        with self._lock:
-            entry = self._refs.get(key)
-            if entry is None:
-                if not new_storage:
-                    return
-                nbytes = storage_bytes(t)
-                if defer:
-                    self._deferred.append(key)
-                else:
-                    self.allocated(key, nbytes)
-                entry = self._refs[key] = [nbytes, 0, int(defer)]
-            entry[1] += 1
-        weakref.finalize(t, self._drop, key)
-
-    def settle(self) -> None:
-        """Count the deferred storages that are still alive (what died meanwhile was never counted)."""
-        if not self._deferred:
-            return
-        with self._lock:
-            keys, self._deferred = self._deferred, []
-            for key in keys:
-                entry = self._refs.get(key)
-                if entry is not None and entry[2]:
-                    entry[2] = 0
-                    self.allocated(key, entry[0])
-
-    def _drop(self, key: int) -> None:
-        with self._lock:
-            entry = self._refs.get(key)
-            if entry is None:
-                return
-            entry[1] -= 1
-            if entry[1]:
-                return
-            del self._refs[key]
-            if entry[2]:
-                return
-        self.freed(key, entry[0])
-
-
-def accumulates_gradients(func, args, kwargs) -> bool:
-    """Whether an operator is the autograd engine summing two gradients of one tensor (a tensor read
-    by two operators: the fork of a residual block). Plain PyTorch sums them in place when it holds
-    the last reference to one of them (torch/csrc/autograd/input_buffer.cpp); under any Python
-    dispatch mode it cannot (the mode makes every tensor "subclass-like", ATen's
-    TensorSubclassLikeUtils.h) and makes a new tensor, so a mode that follows memory would see one
-    gradient more than the run it follows (8.7 vs 6.6 MB at a fork of a small ResNet-50, where the
-    emulated device ran out and the plain run would not). The modes here count the sum from the
-    next operator on (StorageLifetimes `defer`): by then the summand autograd let go of has died,
-    as if summed in place, and one still held elsewhere has not, as PyTorch's out-of-place sum."""
-    return (func is torch.ops.aten.add.Tensor and not kwargs and len(args) == 2
-            and all(isinstance(a, torch.Tensor) for a in args)
-            and args[0].shape == args[1].shape and args[0].dtype == args[1].dtype
-            and not torch.is_grad_enabled() and torch._C._current_autograd_node() is not None)
 
 
 @dataclass

@@ -181,7 +181,7 @@ UNDER_PREDICTED = ("RRRR|rrr|rrrrrrr|S|rrrrrrrrr|S|rrrrrrrrr|SSS|SSSSSSSS|rrrrrr
 #: The reach case's next KARMA plan (streamed, on demand), planned to 0.5% under its capacity: the runtime's
 #: memory step peaked 1.2% over the prediction, out of the capacity, at the sum of the two gradients of a
 #: fork (a block's input, read by its first conv and by the skip): plain PyTorch sums them in place, the
-#: runtime's memory-tracking dispatch mode made it sum out of place (karma.unit_trace.accumulates_gradients).
+#: runtime's memory-tracking dispatch mode made it sum out of place (karma.storage_lifetimes.accumulates_gradients).
 FORK_SUM = ("K|RRRRR|KKK|R|R|RRR|S|RRRRRR|K|RR|K|R|RR|RRRRRR|SS|SSSSSSS|SSS|SSSSSSS|K|RR|K|RR|R|KK|R|KK|R|K|RR|R|"
             "KKKKK|R|K|RRR|KKKKK|R|K|R|K|RR|KKKKKK|R|KKKKKKKKK|R|KKKKKKKKK|R|KKKKKKKKK|R|KKKKKKKKK|R|KKKKKKKKK|R|K|R|"
             "KKKKKKKKK|R|KKKKKKKKKKKKK")

@@ -12,7 +12,7 @@ from karma.hardware import load
 from karma.profile import Profile
 from karma.profile_analytic import analytic_profile
 from karma.profile_measured import measured_profile
-from karma.unit_trace import storage_key
+from karma.storage_lifetimes import storage_key
 from models import MODELS, build
 from models.registry import PAPER_SIX
 

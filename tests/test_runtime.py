@@ -15,7 +15,7 @@ from karma.runtime.ledger import DeviceOOM, Ledger
 from karma.runtime.link import EmulatedLink
 from karma.runtime.saved import SavedTensors
 from karma.runtime.streamed import HostWeights
-from karma.unit_trace import storage_key
+from karma.storage_lifetimes import storage_key
 from models import build
 
 MODELS = ["resnet50", "vgg16", "resnet1001", "wrn28-10", "megatron-1.2b"]
@@ -284,7 +284,7 @@ def _fork(n: int):
 
 
 def test_a_forks_two_gradients_are_summed_in_place_as_plain_pytorch_sums_them():
-    """The premise of karma.unit_trace.accumulates_gradients, on this torch: a plain backward sums a fork's
+    """The premise of karma.storage_lifetimes.accumulates_gradients, on this torch: a plain backward sums a fork's
     gradients in place (no out-of-place add in the backward), and the emulated device's memory step counts
     that sum as plain PyTorch's memory holds it, not as the new tensor its own dispatch mode makes."""
     from torch.profiler import ProfilerActivity, profile

@@ -32,7 +32,7 @@ from karma.runtime.optim import new_optimizer
 from karma.runtime.saved import SavedTensors
 from karma.runtime.streamed import HostWeights
 from karma.simulate import Event
-from karma.unit_trace import storage_bytes, storage_key
+from karma.storage_lifetimes import storage_bytes, storage_key
 from models.boundary import tensors
 from models.chain import ChainModel
 

@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from karma.errors import KarmaError
-from karma.unit_trace import StorageLifetimes, accumulates_gradients
+from karma.storage_lifetimes import StorageLifetimes, accumulates_gradients
 
 
 class DeviceOOM(KarmaError):

@@ -19,7 +19,7 @@ import torch
 from karma.runtime.copies import to_device, to_host
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
-from karma.unit_trace import StorageLifetimes, storage_bytes, storage_key
+from karma.storage_lifetimes import StorageLifetimes, storage_bytes, storage_key
 
 
 class SavedTensors:

@@ -28,7 +28,7 @@ from karma.runtime.copies import copy_into, to_host
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
 from karma.runtime.optim import new_optimizer
-from karma.unit_trace import storage_bytes, storage_key
+from karma.storage_lifetimes import storage_bytes, storage_key
 from models.chain import ChainModel
 
 
