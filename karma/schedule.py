@@ -41,7 +41,9 @@ class Schedule:
         return self._queues.get(resource, resource)
 
     def op(self, resource: str, name: str, block: int, ready: float, duration: float,
-           alloc: float = 0.0, free: float = 0.0) -> tuple[float, float]:
+           alloc: float = 0.0, free: float = 0.0, alloc_at: float | None = None) -> tuple[float, float]:
+        """Queue an op; `alloc` is taken at its start, or at `alloc_at` (a copy's issue, before its
+        queue is free: its destination is allocated when the copy is issued, karma/simulate.py)."""
         q = self._queues.get(resource, resource)
         free_at = self.free_at.get(q, 0.0)
         start = free_at if free_at > ready else ready
@@ -51,7 +53,7 @@ class Schedule:
             self.compute_start = start
         self.busy[q] = self.busy.get(q, 0.0) + duration
         if alloc:
-            self.mem.append((start, 1, alloc, block))
+            self.mem.append((start if alloc_at is None else alloc_at, 1, alloc, block))
         if free:
             # an op of no duration frees after its own allocation, not before (frees come first at equal times)
             self.mem.append((end, 2 if end == start else 0, -free, block))

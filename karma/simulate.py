@@ -10,7 +10,8 @@ profile times for compute, bytes / bandwidth for copies, bytes touched /
 host update rate for the host optimizer.
 
 Device memory is accounted at operation boundaries (allocated at the start
-of the op that produces it, freed at the end of the op that last needs it):
+of the op that produces it, a copy to the device when it is issued, freed at
+the end of the op that last needs it):
 
 * static: buffers, plus weights and optimizer state when weights are resident (in
   mixed precision the 16-bit weights; the optimizer's fp32 masters and state only
@@ -130,7 +131,7 @@ class _Iteration:
     def upload(self, k: int, ready: float) -> float:
         """Block k's weights up (streamed); returns when they are there."""
         uses = self.by.uses[k]
-        return self.s.op("h2d", "upload weights", k, ready, uses / self.hw.h2d_bw, alloc=uses)[1]
+        return self.s.op("h2d", "upload weights", k, ready, uses / self.hw.h2d_bw, alloc=uses, alloc_at=ready)[1]
 
 
 def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None = None,
@@ -217,17 +218,21 @@ def _forward(it: _Iteration) -> None:
 
 def _prefetch(it: _Iteration, k: int, issue: float) -> None:
     """Bring block k back for its backward: its weights (streamed), its swapped activations or its
-    checkpoint from the host, each after its own copy out ended."""
+    checkpoint from the host, each after its own copy out ended. The destinations are allocated at
+    `issue`, not when the link gets to the copy: the runtime allocates them when it issues the copy,
+    as a CUDA program allocates a copy's destination on the compute thread before queueing the copy
+    on a stream, so the peak holds however fast the link turns out to be."""
     s, by, hw, b = it.s, it.by, it.hw, it.plan.blocks[k]
     end = issue
     if it.streamed:
         end = it.upload(k, issue)
+    it.times.prefetch_start[k] = issue
     if b.policy == "swap":
-        it.times.prefetch_start[k], end = s.op("h2d", "prefetch", k, max(issue, it.swap_out_end[k]),
-                                               by.back(k) / hw.h2d_bw, alloc=by.mem_back[k])
+        end = s.op("h2d", "prefetch", k, max(issue, it.swap_out_end[k]), by.back(k) / hw.h2d_bw,
+                   alloc=by.mem_back[k], alloc_at=issue)[1]
     elif b.policy == "recompute" and b.checkpoint == "host":
-        it.times.prefetch_start[k], end = s.op("h2d", "prefetch checkpoint", k, max(issue, it.ckpt_out_end[k]),
-                                               by.ckpt[k] / hw.h2d_bw, alloc=by.mem_ckpt[k])
+        end = s.op("h2d", "prefetch checkpoint", k, max(issue, it.ckpt_out_end[k]), by.ckpt[k] / hw.h2d_bw,
+                   alloc=by.mem_ckpt[k], alloc_at=issue)[1]
     it.prefetch_end[k] = end
 
 

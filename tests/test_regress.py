@@ -70,6 +70,25 @@ def test_crossing_1_is_a_regression_only_where_the_model_predicts_a_difference(p
     assert verdicts(reference, table(meas(0.8, 0.78, 0.82, predicted=predicted)))[MEAS] == "REGRESSION"
 
 
+def test_a_measured_ratio_is_compared_over_its_own_runs_prediction():
+    """CI on a CPU 1.8x slower than the reference's, behind the same fixed emulated link (2026-12-01): KARMA
+    over vDNN measured 3.74 [2.94, 4.11], predicted 3.87 from that run's measured profile; the reference
+    6.90 [6.34, 7.12], predicted 7.35. The model explains the move; a move it does not explain still fails."""
+    reference = table(meas(6.90, 6.34, 7.12, predicted=7.35))
+    assert verdicts(reference, table(meas(3.74, 2.94, 4.11, predicted=3.87)))[MEAS] == "ok"
+    assert verdicts(reference, table(meas(3.74, 2.94, 4.11, predicted=7.35)))[MEAS] == "REGRESSION"
+    assert verdicts(table(meas(6.90, 6.34, 7.12)), table(meas(3.74, 2.94, 4.11, predicted=3.87)))[MEAS] == \
+        "REGRESSION"  # no prediction in the reference: compared raw
+
+
+def test_the_sign_rule_reads_the_raw_ratios_not_the_ones_over_their_predictions():
+    reference = table(meas(1.05, 1.02, 1.08, predicted=1.2))  # 0.875 of its prediction
+    # 0.875 of its prediction too, but KARMA is now measured slower where the model predicts it faster
+    assert verdicts(reference, table(meas(0.98, 0.96, 1.0, predicted=1.12)))[MEAS] == "REGRESSION"
+    # the same where the model predicts a tie
+    assert verdicts(reference, table(meas(0.98, 0.96, 1.0, predicted=1.05)))[MEAS] == "ok"
+
+
 def test_noise_inside_the_spread_passes_for_every_repeat_order():
     """Any new run whose repeats fall inside the reference's range is never a regression."""
     reference = table(meas(1.3, 1.2, 1.45))

@@ -122,11 +122,13 @@ class HostWeights:
         params = self.uses[k]
         nbytes = sum(self._bytes(p) for p in params)
 
+        # taken when the upload is issued, not when the link gets to it (see SavedTensors.prefetch)
+        for p in params:
+            ledger.hold(("weight", id(p)), self._bytes(p), ("weights", k), f"weights of block {k}")
+
         def start():
             if after is not None:
                 after.result()
-            for p in params:
-                ledger.hold(("weight", id(p)), self._bytes(p), ("weights", k), f"weights of block {k}")
 
         def copy():
             for p in params:
