@@ -23,7 +23,11 @@ the same one-layer overlap is "block b's copy overlaps block b+1's forward and
 block b+2 waits for it": prefetch depth 2 in karma/simulate.py's semantics
 (depth 1 would serialise every copy with the compute, which vDNN does not). In
 the backward our depth 2 prefetches two blocks ahead where vDNN prefetches
-one; the simulator has one depth for both directions.
+one; the simulator has one depth for both directions. Our prefetch takes its
+device memory when it is issued (karma/simulate.py), so two blocks ahead holds
+one more prefetched block than vDNN's one-layer-ahead prefetch; where depth 2
+does not fit, vDNN_dyn also tries depth 1 (vDNN's own backward: one layer
+ahead), which serialises the forward's copies too: slower, never more memory.
 
 Unit granularity: our layer is a unit (a residual block, a VGG layer, a
 transformer layer). Offloading all of a unit's saved tensors as one swap
@@ -41,9 +45,11 @@ from karma.plan import from_policies
 
 #: vDNN overlaps each layer's offload with the next layer's compute (see the docstring)
 DEPTH = 2
+#: where that does not fit: vDNN's own one-layer-ahead prefetch in the backward (see the docstring)
+FALLBACK_DEPTH = 1
 
 
-def policy(profile, variant: str):
+def policy(profile, variant: str, depth: int = DEPTH):
     """The plan of one static vDNN policy: 'none' (in-core), 'conv' or 'all'."""
     if variant == "none":
         labels = ["keep"] * len(profile.units)
@@ -53,13 +59,19 @@ def policy(profile, variant: str):
         labels = ["swap"] * len(profile.units)
     else:
         raise ValueError(f"vDNN policy must be none, conv or all, got {variant!r}")
-    plan = from_policies(profile.model, profile.batch, labels, prefetch_depth=DEPTH, strategy=f"vdnn-{variant}")
+    plan = from_policies(profile.model, profile.batch, labels, prefetch_depth=depth, strategy=f"vdnn-{variant}")
     return named(plan, f"vdnn-{variant}", variant=f"vDNN_{variant}")
 
 
 def plan(profile, hw, capacity):
-    """vDNN_dyn: in-core if it fits, else the faster of vDNN_conv and vDNN_all that fits."""
+    """vDNN_dyn: in-core if it fits, else the faster of vDNN_conv and vDNN_all that fits, overlapped as
+    vDNN overlaps (depth 2), else at depth 1."""
     incore = policy(profile, "none")
     if fits(profile, incore, hw, capacity):
         return named(incore, "vdnn")
-    return named(fastest(profile, hw, capacity, [policy(profile, "conv"), policy(profile, "all")]), "vdnn")
+    overlapped = [policy(profile, "conv"), policy(profile, "all")]
+    chosen = fastest(profile, hw, capacity, overlapped)
+    if not fits(profile, chosen, hw, capacity):
+        chosen = fastest(profile, hw, capacity, overlapped + [policy(profile, v, FALLBACK_DEPTH)
+                                                              for v in ("conv", "all")])
+    return named(chosen, "vdnn")

@@ -219,20 +219,21 @@ def _forward(it: _Iteration) -> None:
 def _prefetch(it: _Iteration, k: int, issue: float) -> None:
     """Bring block k back for its backward: its weights (streamed), its swapped activations or its
     checkpoint from the host, each after its own copy out ended. The destinations are allocated at
-    `issue`, not when the link gets to the copy: the runtime allocates them when it issues the copy,
-    as a CUDA program allocates a copy's destination on the compute thread before queueing the copy
-    on a stream, so the peak holds however fast the link turns out to be."""
+    `issue` (or when that copy out ends, if later: its device copy is freed then), not when the link
+    gets to the copy: the runtime allocates them when it issues the copy, as a CUDA program allocates
+    a copy's destination on the compute thread before queueing the copy on a stream, so no link
+    faster than planned needs more memory (tests/test_simulate.py)."""
     s, by, hw, b = it.s, it.by, it.hw, it.plan.blocks[k]
     end = issue
     if it.streamed:
         end = it.upload(k, issue)
-    it.times.prefetch_start[k] = issue
     if b.policy == "swap":
-        end = s.op("h2d", "prefetch", k, max(issue, it.swap_out_end[k]), by.back(k) / hw.h2d_bw,
-                   alloc=by.mem_back[k], alloc_at=issue)[1]
+        it.times.prefetch_start[k] = ready = max(issue, it.swap_out_end[k])
+        end = s.op("h2d", "prefetch", k, ready, by.back(k) / hw.h2d_bw, alloc=by.mem_back[k], alloc_at=ready)[1]
     elif b.policy == "recompute" and b.checkpoint == "host":
-        end = s.op("h2d", "prefetch checkpoint", k, max(issue, it.ckpt_out_end[k]), by.ckpt[k] / hw.h2d_bw,
-                   alloc=by.mem_ckpt[k], alloc_at=issue)[1]
+        it.times.prefetch_start[k] = ready = max(issue, it.ckpt_out_end[k])
+        end = s.op("h2d", "prefetch checkpoint", k, ready, by.ckpt[k] / hw.h2d_bw, alloc=by.mem_ckpt[k],
+                   alloc_at=ready)[1]
     it.prefetch_end[k] = end
 
 

@@ -156,20 +156,29 @@ class SavedTensors:
     def prefetch(self, link: EmulatedLink, after: Future) -> None:
         """Copy the block back once its swap-out (`after`) is over. Its device storages are taken now,
         when the copy is issued (as a CUDA program allocates the destination before queueing the copy),
-        not when the link gets to it: the peak then does not depend on how fast the link is
-        (karma/simulate.py allocates them at the issue too)."""
+        not when the link gets to it, so that no link faster than planned needs more memory; a copy
+        issued before its swap-out ended takes them once it has (its device copy is gone then), never
+        before the simulator does (karma/simulate.py)."""
         owner = (self, "back")
         lent = self._lent_keys()
-        for key, nbytes in self.keys.items():  # new storages: keys of their own
-            if key not in lent:
-                self.ledger.hold(("prefetched", self.k, key), nbytes, owner, f"prefetch of block {self.k}")
-        for j in self.borrowed:  # held for the previous block, whose backward uses it last
-            key = self.prev.device_keys[j]
-            self.ledger.hold(("prefetched", self.prev.k, key), self.prev.keys[key], (self.prev, "back"),
-                             f"prefetch of block {self.k}")
+
+        def take():
+            for key, nbytes in self.keys.items():  # new storages: keys of their own
+                if key not in lent:
+                    self.ledger.hold(("prefetched", self.k, key), nbytes, owner, f"prefetch of block {self.k}")
+            for j in self.borrowed:  # held for the previous block, whose backward uses it last
+                key = self.prev.device_keys[j]
+                self.ledger.hold(("prefetched", self.prev.k, key), self.prev.keys[key], (self.prev, "back"),
+                                 f"prefetch of block {self.k}")
+
+        taken = after.done()
+        if taken:
+            take()
 
         def start():
             after.result()
+            if not taken:
+                take()
 
         def copy():
             mine = [None if j in self.lent else to_device(h, self.place) for j, h in enumerate(self.host)]
