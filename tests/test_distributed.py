@@ -106,7 +106,9 @@ def test_paced_resources_queue_in_order():
 
 
 def test_a_dying_rank_ends_the_job_naming_it(tmp_path):
-    """mpiexec ends every rank and names the dead one's PID; the ranks' first lines map it to rank 1."""
+    """mpiexec ends every rank and names a PID; the ranks' first lines map it to its rank. It names the
+    first process it sees end, and it ends the survivors with the same SIGKILL the dying rank got, so
+    that may be either rank (2026-12-01: rank 0 once in a full run, rank 1 otherwise)."""
     import re
 
     out = tmp_path / "never.pt"
@@ -114,7 +116,8 @@ def test_a_dying_rank_ends_the_job_naming_it(tmp_path):
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "BAD TERMINATION" in text
     pid = re.search(r"PID (\d+) RUNNING", text).group(1)
-    assert f"rank 1 of 2 is pid {pid}" in text
+    ranks = dict(re.findall(r"rank (\d) of 2 is pid (\d+)", text))
+    assert set(ranks) == {"0", "1"} and pid in ranks.values()
     assert not out.exists()
 
 
