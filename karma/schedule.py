@@ -2,9 +2,10 @@
 
 Operations are issued in program order; each starts when its queue is free and its
 dependencies are met, and lasts its cost. Memory is accounted at operation boundaries:
-allocated at the start of the op that produces it, freed at the end of the op that last
-needs it; at equal times frees come first (an op's memory is released before the next op
-starts), except an op of no duration, whose frees follow its own allocation.
+allocated at the start of the op that produces it (a copy to the device: when it is
+issued, `alloc_at`), freed at the end of the op that last needs it; at equal times frees
+come first (an op's memory is released before the next op starts), except an op of no
+duration, whose frees follow its own allocation.
 """
 
 from __future__ import annotations
