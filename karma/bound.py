@@ -9,7 +9,8 @@ duplex) that `karma.simulate.simulate` accepts takes at least
 exhaustive optimum of random adversarial chains.
 
 Proof (every line is a fact of the simulator's schedule, for one layout).
-Units j = 0..n-1 with forward f_j, backward b_j, and s_j their own saved bytes:
+Units j = 0..n-1 with forward f_j, backward b_j, recompute r_j (f_j plus the
+measured premium of a recompute, UnitProfile.recompute_time), and s_j their own saved bytes:
 what they save less the boundary shared with unit j-1 (so each storage is
 counted once: the simulator counts it once or twice, never less). Let x_j = 1
 if unit j's block is swapped, y_j = 1 if it is recomputed (x_j + y_j <= 1),
@@ -19,9 +20,9 @@ tau_j the start of unit j's backward and T the end of the iteration.
 1. Compute is one in-order queue: TF_0 >= f_0, TF_j >= TF_{j-1} + f_j; the
    backward runs after every forward, in reverse unit order, a recomputed
    block's forwards just before its backwards. So tau_j >= tau_{j+1} + b_{j+1},
-   tau_j >= t1 + sum_{k>j} b_k + sum_{k>=j} y_k f_k (every later backward and
+   tau_j >= t1 + sum_{k>j} b_k + sum_{k>=j} y_k r_k (every later backward and
    every recompute of units >= j, unit j's own included, come first), and
-   T >= tau_j + sum_{k<=j} b_k + S + tail, T >= t1 + B + sum_k y_k f_k + S + tail,
+   T >= tau_j + sum_{k<=j} b_k + S + tail, T >= t1 + B + sum_k y_k r_k + S + tail,
    where S is the device optimizer step (resident weights, device optimizer)
    and tail the first unit's gradient download and host update (and upload,
    resident weights with a host optimizer): block 0's gradients go down only
@@ -152,6 +153,7 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
     total_params = float(param.sum())
     d2h, h2d = hw.d2h_bw / GB, hw.h2d_bw / GB  # GB/s
     f = np.array([u.forward_time for u in units])
+    r = np.array([u.recompute_time for u in units])  # a recomputed unit's forward again
     b = np.array([u.backward_time for u in units])
     grads = _gradients(units)
     static = float(sum(u.buffer_bytes for u in units))
@@ -200,12 +202,12 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
            (capacity - static - transient) / GB - own[i] - prefix[i])
     # 1. backward order and the recomputes before each backward
     for i in range(n):
-        later = [(Y + k, f[k] / max(own[k], 1e-300) if own[k] else 0.0) for k in range(i, n)]
+        later = [(Y + k, r[k] / max(own[k], 1e-300) if own[k] else 0.0) for k in range(i, n)]
         le(later + [(T1, 1), (TAU + i, -1)], -b[i + 1:].sum())
         if i + 1 < n:
             le([(TAU + i + 1, 1), (TAU + i, -1)], -b[i + 1])
         le([(TAU + i, 1), (T1, -1), (T2, -1)], -(b[: i + 1].sum() + step + tail))
-    le([(Y + k, f[k] / own[k]) for k in range(n) if own[k]] + [(T1, -1), (T2, -1)], -(b.sum() + step + tail))
+    le([(Y + k, r[k] / own[k]) for k in range(n) if own[k]] + [(T1, -1), (T2, -1)], -(b.sum() + step + tail))
     # 2. memory at each backward
     for i in range(n):
         le([(X + j, -1) for j in range(i)] + [(Y + j, -1) for j in range(i)], room[i] - prefix[i])

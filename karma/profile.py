@@ -61,6 +61,12 @@ class UnitProfile:
     the profile, and `boundary_saved` the ids of boundary storages the unit saves: with them the
     simulator follows each boundary storage itself (karma/boundary_memory.py), held while any
     holder needs it. Both are empty at block granularity, where a boundary is one tensor.
+
+    `recompute_extra_time` is what recomputing the unit inside its backward costs beyond its
+    forward: 0 in an analytic profile (a recompute is the forward again, as the paper's model has
+    it); measured (karma/profile_measured.py) as the checkpointed backward less the plain one less
+    the forward, since a recompute under torch.utils.checkpoint ran 1.2-1.5x the forward on this
+    CPU (FACTS.md). `recompute_time` is what every recompute is costed at.
     """
 
     name: str
@@ -86,6 +92,11 @@ class UnitProfile:
     grad_reused_bytes: int = 0
     boundary_out: tuple[tuple[int, int], ...] = ()
     boundary_saved: tuple[int, ...] = ()
+    recompute_extra_time: float = 0.0
+
+    @property
+    def recompute_time(self) -> float:
+        return self.forward_time + self.recompute_extra_time
 
 
 class GradientBytes:

@@ -5,6 +5,13 @@ tensors); forward and backward times are the median of `reps` timed runs after
 `warmup` untimed ones, per distinct unit, with gradients cleared before each
 run so every run does the work of a first step. On CUDA the device is
 synchronised around each timed pass.
+
+A recompute is timed as the runtime runs it (karma/checkpointing.py): each run is
+followed by one under checkpoint, and the checkpointed backward less the plain
+backward less the plain forward is what a recompute costs beyond the forward
+(UnitProfile.recompute_extra_time; the median over the pairs, never below 0). On
+this CPU it was 0.2-0.5 of the forward (FACTS.md): costing a recompute at its
+forward predicted the runtime's recomputing plans 10-35% fast.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import time
 
 import torch
 
+from karma.checkpointing import checkpointed
 from karma.profile import Profile
 from karma.profile_chain import profile_chain
 from karma.unit_trace import run_backward, run_forward
@@ -33,27 +41,44 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _timed_pass(run, device: torch.device) -> tuple[float, float]:
+    """(forward s, backward s) of one pass: `run()` gives the result the backward starts from."""
+    _sync(device)
+    t0 = time.perf_counter()
+    result = run()
+    _sync(device)
+    t1 = time.perf_counter()
+    run_backward(result)
+    _sync(device)
+    return t1 - t0, time.perf_counter() - t1
+
+
 def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: int,
-              precision: str = "fp32") -> tuple[float, float]:
-    """Median forward and backward seconds of one unit (the forward under autocast in mixed precision)."""
-    fwd, bwd = [], []
+              precision: str = "fp32") -> tuple[float, float, float]:
+    """Median forward and backward seconds of one unit (the forward under autocast in mixed
+    precision), and the median extra seconds of recomputing it (the module docstring)."""
+
+    def plain():
+        return run_forward(unit, x, loss, target, precision)
+
+    def recomputed():
+        return checkpointed(lambda inputs: run_forward(unit, inputs, loss, target, precision), [unit], x)
+
+    fwd, bwd, extra = [], [], []
     for r in range(warmup + reps):
-        for p in unit.parameters():
-            p.grad = None
-        for t in tensors(x):
-            t.grad = None
-        _sync(device)
-        t0 = time.perf_counter()
-        result = run_forward(unit, x, loss, target, precision)
-        _sync(device)
-        t1 = time.perf_counter()
-        run_backward(result)
-        _sync(device)
-        t2 = time.perf_counter()
+        times = []
+        for run in (plain, recomputed):
+            for p in unit.parameters():
+                p.grad = None
+            for t in tensors(x):
+                t.grad = None
+            times.append(_timed_pass(run, device))
         if r >= warmup:
-            fwd.append(t1 - t0)
-            bwd.append(t2 - t1)
-    return statistics.median(fwd), statistics.median(bwd)
+            (f, b), (_, b_checkpointed) = times
+            fwd.append(f)
+            bwd.append(b)
+            extra.append(b_checkpointed - b - f)
+    return statistics.median(fwd), statistics.median(bwd), max(statistics.median(extra), 0.0)
 
 
 def measured_profile(model: ChainModel, reps: int = 5, warmup: int = 1, progress=None) -> Profile:
@@ -67,4 +92,5 @@ def measured_profile(model: ChainModel, reps: int = 5, warmup: int = 1, progress
         return time_unit(unit, x, loss, target, device, reps, warmup, model.precision)
 
     return profile_chain(model, device, timer, "measured", device_label(device),
-                         f"median of {reps} runs after {warmup} warm-up, per distinct unit", progress)
+                         f"median of {reps} runs after {warmup} warm-up, per distinct unit; recompute timed "
+                         "under torch.utils.checkpoint", progress)

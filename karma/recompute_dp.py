@@ -40,7 +40,7 @@ class Chain:
         units = profile.units
         n = self.n = len(units)
         self.units = units
-        self.fwd = [u.forward_time for u in units]
+        self.rec = [u.recompute_time for u in units]
         self.saved = [float(u.saved_bytes) for u in units]
         self.shared = [float(profile.shared_boundary_bytes(i)) for i in range(n)]  # between i and i+1
         self.ws = [float(u.workspace_bytes) for u in units]
@@ -81,7 +81,7 @@ class Chain:
                 last_ws = max(last_ws - u[j].output_bytes, 0.0)
             before = cum
             cum += own
-            time += self.fwd[j]
+            time += self.rec[j]
             fwd_peak = max(fwd_peak, own + self.ws[j])
             bwd_peak = max(bwd_peak, cum + self.trans[j] + self.gsuf[j])
             b = j + 1

@@ -204,3 +204,44 @@ def test_a_units_output_counts_where_it_lives(saves_output):
     assert trace.saved_output_bytes == (out if saves_output else 0)
     assert trace.workspace_bytes == out  # the output nobody saved, or the linear result relu replaced
     assert trace.backward_workspace_bytes == 0  # holding the saved output through its backward gave `out`
+
+
+class _Counted(torch.nn.Module):
+    """A unit that counts its forwards (a BatchNorm, to see that the statistics survive)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.bn(x).relu()
+
+
+def test_a_measured_recompute_is_the_runtimes_checkpointed_forward_inside_the_backward():
+    """time_unit times a plain pass and a checkpointed one per repeat; the checkpointed backward
+    runs the forward again (karma/checkpointing.py, as the runtime does), which is what
+    recompute_extra_time is measured from. Counted, not timed: three forwards per repeat, and the
+    recompute leaves the BatchNorm statistics as two plain forwards would (one per pass)."""
+    from karma.profile_measured import time_unit
+
+    unit, x = _Counted(), torch.randn(8, 4)
+    fwd, bwd, extra = time_unit(unit, x, None, None, torch.device("cpu"), reps=2, warmup=1)
+    assert unit.calls == 3 * 3
+    assert unit.bn.num_batches_tracked.item() == 2 * 3
+    assert fwd > 0 and bwd > 0 and extra >= 0
+
+
+def test_a_recompute_premium_survives_the_file_and_coarsening(tmp_path):
+    from karma.coarsen import merge
+
+    profile = analytic_profile(build("resnet50", "tiny", device="meta"), V100)
+    assert all(u.recompute_extra_time == 0 and u.recompute_time == u.forward_time for u in profile.units)
+    premium = dataclasses.replace(profile, units=tuple(dataclasses.replace(u, recompute_extra_time=0.5 * u.forward_time)
+                                                       for u in profile.units))
+    path = tmp_path / "p.json"
+    premium.to_json(path)
+    assert Profile.from_dict(json.loads(path.read_text())) == premium
+    merged = merge(premium, 0, 3)
+    assert merged.recompute_time == pytest.approx(1.5 * sum(u.forward_time for u in profile.units[:3]))

@@ -74,7 +74,7 @@ def test_swap_all_matches_the_two_stage_pipeline_closed_form(n, f, b, transfer):
 
 @SETTINGS
 @given(chains(min_units=2), st.data())
-def test_recompute_adds_exactly_the_recomputed_forward(case, data):
+def test_recompute_adds_exactly_the_recomputed_forward_and_its_measured_premium(case, data):
     profile, hw, _ = case
     n = len(profile.units)
     start = data.draw(st.integers(0, n - 1))
@@ -84,7 +84,7 @@ def test_recompute_adds_exactly_the_recomputed_forward(case, data):
     plan = Plan(profile.model, profile.batch, n, tuple(blocks))
     keep = simulate(profile, plan_of(profile, "keep"), hw, capacity=math.inf)
     rec = simulate(profile, plan, hw, capacity=math.inf)
-    extra = sum(u.forward_time for u in profile.units[start:stop])
+    extra = sum(u.forward_time + u.recompute_extra_time for u in profile.units[start:stop])
     assert rec.time == pytest.approx(keep.time + extra, rel=1e-12)
 
 
@@ -106,7 +106,9 @@ def test_time_never_decreases_when_the_link_or_compute_slows(case, data, factor)
     slow_link = replace(hw, h2d_bw=hw.h2d_bw / factor, d2h_bw=hw.d2h_bw / factor)
     assert simulate(profile, plan, slow_link, capacity=math.inf).time >= base * (1 - 1e-12)
     slow = replace(profile, units=tuple(replace(u, forward_time=u.forward_time * factor,
-                                                backward_time=u.backward_time * factor) for u in profile.units))
+                                                backward_time=u.backward_time * factor,
+                                                recompute_extra_time=u.recompute_extra_time * factor)
+                                        for u in profile.units))
     assert simulate(slow, plan, hw, capacity=math.inf).time >= base * (1 - 1e-12)
 
 

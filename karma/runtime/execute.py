@@ -21,8 +21,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
+from karma.checkpointing import checkpointed
 from karma.errors import KarmaError
 from karma.plan import Plan
 from karma.precision import MixedPrecisionOptimizer, optimizer_bytes
@@ -69,29 +69,6 @@ def check_plan(chain: ChainModel, plan: Plan) -> None:
     if plan.units != len(chain) or plan.model != chain.name:
         raise KarmaError(f"plan is for {plan.model} with {plan.units} units; the model is {chain.name} "
                          f"with {len(chain)} units")
-
-
-def _bn_buffers(modules) -> list[torch.Tensor]:
-    return [b for unit in modules for m in unit.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
-            for b in m.buffers()]
-
-
-def _keep_bn_statistics(modules):
-    """checkpoint's context_fn: BatchNorm running statistics are put back after the recompute
-    (FACTS.md: it would otherwise update them twice and drift from plain training)."""
-
-    @contextlib.contextmanager
-    def recompute():
-        buffers = _bn_buffers(modules)
-        before = [b.clone() for b in buffers]
-        try:
-            yield
-        finally:
-            with torch.no_grad():
-                for b, old in zip(buffers, before, strict=True):
-                    b.copy_(old)
-
-    return contextlib.nullcontext(), recompute()
 
 
 def _synchronize(device: torch.device) -> None:
@@ -218,13 +195,6 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
             return chain.loss(x, targets) if last else x
 
         return fn, mods
-
-    def checkpointed(fn, mods, x):
-        """A recomputed block: torch.utils.checkpoint over the boundary's tensors (a tuple of them when
-        the boundary carries several, models/boundary.py)."""
-        several = isinstance(x, tuple)  # not x itself: the recompute closure would keep its tensors alive
-        return checkpoint(lambda *flat: fn(flat if several else flat[0]), *tensors(x), use_reentrant=False,
-                          preserve_rng_state=True, context_fn=lambda: _keep_bn_statistics(mods))
 
     def issue_prefetch(j: int) -> None:
         if streamed:
