@@ -80,7 +80,7 @@ def plan(profile, hw, capacity):
     # Sec. 5.3: the rest by memory saved per second of recomputation, swap or recompute, the cheaper
     def msps(i):
         u = profile.units[i]
-        return max(u.saved_bytes - u.input_bytes, 0) / max(u.recompute_time, 1e-12)
+        return max(u.saved_bytes - u.input_bytes, 0) / max(u.recompute_time(), 1e-12)
 
     for i in sorted((i for i in range(n) if labels[i] == "keep"), key=lambda i: -msps(i)):
         options = []

@@ -10,7 +10,8 @@ exhaustive optimum of random adversarial chains.
 
 Proof (every line is a fact of the simulator's schedule, for one layout).
 Units j = 0..n-1 with forward f_j, backward b_j, recompute r_j (f_j plus the
-measured premium of a recompute, UnitProfile.recompute_time), and s_j their own saved bytes:
+measured premium of a recompute, the lesser of its two cases, UnitProfile.recompute_time),
+and s_j their own saved bytes:
 what they save less the boundary shared with unit j-1 (so each storage is
 counted once: the simulator counts it once or twice, never less). Let x_j = 1
 if unit j's block is swapped, y_j = 1 if it is recomputed (x_j + y_j <= 1),
@@ -153,7 +154,7 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
     total_params = float(param.sum())
     d2h, h2d = hw.d2h_bw / GB, hw.h2d_bw / GB  # GB/s
     f = np.array([u.forward_time for u in units])
-    r = np.array([u.recompute_time for u in units])  # a recomputed unit's forward again
+    r = np.array([min(u.recompute_time(True), u.recompute_time(False)) for u in units])  # either case
     b = np.array([u.backward_time for u in units])
     grads = _gradients(units)
     static = float(sum(u.buffer_bytes for u in units))

@@ -28,7 +28,9 @@ def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
         name=f"{first.name}..{last.name}" if stop - start > 1 else first.name,
         forward_time=sum(u.forward_time for u in units),
         backward_time=sum(u.backward_time for u in units),
-        recompute_extra_time=sum(u.recompute_extra_time for u in units),
+        # recomputed as one: every unit but the last inside the segment
+        recompute_extra_time=sum(u.recompute_inner_extra_time for u in units[:-1]) + last.recompute_extra_time,
+        recompute_inner_extra_time=sum(u.recompute_inner_extra_time for u in units),
         forward_flops=sum(u.forward_flops for u in units),
         backward_flops=sum(u.backward_flops for u in units),
         forward_bytes=sum(u.forward_bytes for u in units),

@@ -62,11 +62,15 @@ class UnitProfile:
     simulator follows each boundary storage itself (karma/boundary_memory.py), held while any
     holder needs it. Both are empty at block granularity, where a boundary is one tensor.
 
-    `recompute_extra_time` is what recomputing the unit inside its backward costs beyond its
-    forward: 0 in an analytic profile (a recompute is the forward again, as the paper's model has
-    it); measured (karma/profile_measured.py) as the checkpointed backward less the plain one less
-    the forward, since a recompute under torch.utils.checkpoint ran 1.2-1.5x the forward on this
-    CPU (FACTS.md). `recompute_time` is what every recompute is costed at.
+    A recompute is costed apart from the forward it repeats, in two cases: the unit last in its
+    recompute segment (`recompute_extra_time`: torch.utils.checkpoint stops once the last saved
+    tensor is made again, so a tail nobody saved, WRN's second convolution and residual add, is
+    not recomputed and this may be negative) and the unit inside a segment, whose output the next
+    unit saves (`recompute_inner_extra_time`). Both are 0 in an analytic profile (a recompute is
+    the forward again, as the paper's model has it) and measured in a measured one
+    (karma/profile_measured.py): on this CPU a recompute cost 1.3-1.5x the forward on ResNet-50's
+    bottlenecks and about 0.5x as the last unit of WRN-28-10's segments (FACTS.md).
+    `recompute_time(last)` is what a recompute is costed at; neither is below 0.
     """
 
     name: str
@@ -93,10 +97,11 @@ class UnitProfile:
     boundary_out: tuple[tuple[int, int], ...] = ()
     boundary_saved: tuple[int, ...] = ()
     recompute_extra_time: float = 0.0
+    recompute_inner_extra_time: float = 0.0
 
-    @property
-    def recompute_time(self) -> float:
-        return self.forward_time + self.recompute_extra_time
+    def recompute_time(self, last: bool = True) -> float:
+        """Seconds of recomputing the unit: the last of its segment, or inside one."""
+        return self.forward_time + (self.recompute_extra_time if last else self.recompute_inner_extra_time)
 
 
 class GradientBytes:
@@ -130,8 +135,9 @@ def backward_transient(units, i: int) -> float:
     return output_gradient_bytes(units, i) + grad_in + u.backward_workspace_bytes
 
 
-#: fields of UnitProfile that may be negative (a backward that frees saved tensors before it peaks)
-SIGNED = {"backward_workspace_bytes"}
+#: fields of UnitProfile that may be negative (a backward that frees saved tensors before it peaks; a
+#: recompute that skips a tail nobody saved)
+SIGNED = {"backward_workspace_bytes", "recompute_extra_time", "recompute_inner_extra_time"}
 
 
 def _unit(raw, k: int) -> UnitProfile:
@@ -156,7 +162,12 @@ def _unit(raw, k: int) -> UnitProfile:
             values[name] = _ids(raw[name], where, pairs=name == "boundary_out")
         else:
             values[name] = number(raw[name], where, integer=f.type == "int", signed=name in SIGNED)
-    return UnitProfile(**values)
+    unit = UnitProfile(**values)
+    for last in (True, False):
+        if unit.recompute_time(last) < 0:
+            raise KarmaError(f"unit {k}: a recompute ({'last in' if last else 'inside'} its segment) of "
+                             f"{unit.recompute_time(last):g} s: its extra time may not exceed the forward's")
+    return unit
 
 
 def _ids(raw, where: str, pairs: bool) -> tuple:

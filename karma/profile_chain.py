@@ -19,8 +19,10 @@ from karma.storage_lifetimes import storage_bytes, storage_key
 from karma.unit_trace import UnitTrace, next_input, trace_unit, unit_signature
 from models.chain import ChainModel
 
-#: (unit, input, loss or None, target or None, trace) -> (forward s, backward s, recompute's extra s)
-Timer = Callable[[torch.nn.Module, torch.Tensor, Callable | None, object, UnitTrace], tuple[float, float, float]]
+#: (unit, input, loss or None, target or None, trace) -> (forward s, backward s, a recompute's extra s as the
+#: last unit of its segment and inside one)
+Timer = Callable[[torch.nn.Module, torch.Tensor, Callable | None, object, UnitTrace],
+                 tuple[float, float, float, float]]
 
 
 def weight_bytes(unit: torch.nn.Module, seen: set[int], optimizer: str = "sgd") -> tuple[int, int, int, int]:
@@ -104,7 +106,7 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
         if fresh:
             trace = trace_unit(unit, x, loss, target, model.precision, policy)
             cache[key] = (trace, *timer(unit, x, loss, target, trace))
-        trace, t_fwd, t_bwd, t_extra = cache[key]
+        trace, t_fwd, t_bwd, t_last, t_inner = cache[key]
         output = trace.output if fresh else rebuilt_output(trace, x)
         boundary_out, boundary_saved = ids.unit(x, output, trace, first=i == 0, last=last)
         params, buffers, tied, state = weight_bytes(unit, seen, model.optimizer)
@@ -116,7 +118,8 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
             name=name,
             forward_time=t_fwd,
             backward_time=t_bwd,
-            recompute_extra_time=t_extra,
+            recompute_extra_time=t_last,
+            recompute_inner_extra_time=t_inner,
             forward_flops=sum(op.flops for op in trace.forward_ops),
             backward_flops=sum(op.flops for op in trace.backward_ops),
             forward_bytes=sum(op.bytes for op in trace.forward_ops),

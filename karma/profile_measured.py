@@ -8,10 +8,16 @@ synchronised around each timed pass.
 
 A recompute is timed as the runtime runs it (karma/checkpointing.py): each run is
 followed by one under checkpoint, and the checkpointed backward less the plain
-backward less the plain forward is what a recompute costs beyond the forward
-(UnitProfile.recompute_extra_time; the median over the pairs, never below 0). On
-this CPU it was 0.2-0.5 of the forward (FACTS.md): costing a recompute at its
-forward predicted the runtime's recomputing plans 10-35% fast.
+backward less the plain forward is what a recompute costs beyond the forward, as
+the last unit of its segment (UnitProfile.recompute_extra_time; checkpoint's early
+stop skips a tail nobody saved, so it may be negative). Inside a segment the next
+unit saves the output, so it is made again: a second pair of runs ends in an op
+that saves each output tensor (x * x, in both runs, so that its own costs cancel)
+and gives recompute_inner_extra_time. Medians over the repeats of the paired
+differences, never below minus the forward. On this CPU a recompute cost 1.3-1.5x
+the forward on ResNet-50's bottlenecks and about half of it as the last unit of a
+WRN-28-10 segment (FACTS.md): costing every recompute at its forward predicted the
+runtime's recomputing plans 10-35% off either way.
 """
 
 from __future__ import annotations
@@ -53,32 +59,41 @@ def _timed_pass(run, device: torch.device) -> tuple[float, float]:
     return t1 - t0, time.perf_counter() - t1
 
 
+def _saved_by_next(result):
+    """The unit's output as the next unit would hold it: each tensor through an op that saves it."""
+    if isinstance(result, tuple):
+        return tuple(t * t if t.grad_fn is not None else t for t in result)
+    return result * result
+
+
 def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: int,
-              precision: str = "fp32") -> tuple[float, float, float]:
+              precision: str = "fp32") -> tuple[float, float, float, float]:
     """Median forward and backward seconds of one unit (the forward under autocast in mixed
-    precision), and the median extra seconds of recomputing it (the module docstring)."""
+    precision), and the median extra seconds of recomputing it, as the last unit of its segment
+    and inside one (the module docstring)."""
 
-    def plain():
-        return run_forward(unit, x, loss, target, precision)
+    def forward(inputs):
+        return run_forward(unit, inputs, loss, target, precision)
 
-    def recomputed():
-        return checkpointed(lambda inputs: run_forward(unit, inputs, loss, target, precision), [unit], x)
-
-    fwd, bwd, extra = [], [], []
+    runs = (lambda: forward(x), lambda: checkpointed(forward, [unit], x),
+            lambda: _saved_by_next(forward(x)), lambda: checkpointed(lambda i: _saved_by_next(forward(i)), [unit], x))
+    fwd, bwd, last, inner = [], [], [], []
     for r in range(warmup + reps):
         times = []
-        for run in (plain, recomputed):
+        for run in runs:
             for p in unit.parameters():
                 p.grad = None
             for t in tensors(x):
                 t.grad = None
             times.append(_timed_pass(run, device))
         if r >= warmup:
-            (f, b), (_, b_checkpointed) = times
+            (f, b), (_, b_last), (_, b_held), (_, b_inner) = times
             fwd.append(f)
             bwd.append(b)
-            extra.append(b_checkpointed - b - f)
-    return statistics.median(fwd), statistics.median(bwd), max(statistics.median(extra), 0.0)
+            last.append(b_last - b - f)
+            inner.append(b_inner - b_held - f)
+    f = statistics.median(fwd)
+    return f, statistics.median(bwd), max(statistics.median(last), -f), max(statistics.median(inner), -f)
 
 
 def measured_profile(model: ChainModel, reps: int = 5, warmup: int = 1, progress=None) -> Profile:

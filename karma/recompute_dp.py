@@ -40,7 +40,8 @@ class Chain:
         units = profile.units
         n = self.n = len(units)
         self.units = units
-        self.rec = [u.recompute_time for u in units]
+        self.rec = [u.recompute_time(True) for u in units]  # the last of its segment
+        self.inner = [u.recompute_time(False) for u in units]  # inside it
         self.saved = [float(u.saved_bytes) for u in units]
         self.shared = [float(profile.shared_boundary_bytes(i)) for i in range(n)]  # between i and i+1
         self.ws = [float(u.workspace_bytes) for u in units]
@@ -73,7 +74,7 @@ class Chain:
         while it can fit."""
         u = self.units
         ckpt = float(u[a].input_bytes) - (self.shared[a - 1] if prev_keep and a else 0.0)
-        cum, fwd_peak, rec_peak, bwd_peak, time = 0.0, 0.0, 0.0, 0.0, 0.0
+        cum, fwd_peak, rec_peak, bwd_peak, time = 0.0, 0.0, 0.0, 0.0, 0.0  # time: of the units inside
         for j in range(a, self.n if stop is None else stop):
             own = self.saved[j] - (min(u[j].saved_input_bytes, u[j].input_bytes) if j == a else self.shared[j - 1])
             last_ws = self.ws[j]
@@ -81,13 +82,13 @@ class Chain:
                 last_ws = max(last_ws - u[j].output_bytes, 0.0)
             before = cum
             cum += own
-            time += self.rec[j]
             fwd_peak = max(fwd_peak, own + self.ws[j])
             bwd_peak = max(bwd_peak, cum + self.trans[j] + self.gsuf[j])
             b = j + 1
             waiting = float(output_gradient_bytes(u, j)) if b < self.n else 0.0
             recompute = max(rec_peak, before + own + last_ws) + waiting + self.gsuf[b]
-            yield b, ckpt + max(fwd_peak, recompute, bwd_peak), ckpt, time
+            yield b, ckpt + max(fwd_peak, recompute, bwd_peak), ckpt, time + self.rec[j]
+            time += self.inner[j]
             rec_peak = max(rec_peak, before + own + self.ws[j])
             if ckpt + cum > budget:
                 return

@@ -264,7 +264,7 @@ def _backward(it: _Iteration) -> None:
                     # the recompute stops once the last saved tensor is made again (torch.utils.checkpoint's
                     # early stop): an output nobody saved, at the block's end, is not made again
                     workspace = max(workspace - u.output_bytes, 0)
-                start, ready = s.op("compute", "recompute", k, ready, u.recompute_time,
+                start, ready = s.op("compute", "recompute", k, ready, u.recompute_time(i == b.stop - 1),
                                     alloc=by.own[i] + workspace, free=workspace)
                 it.times.recompute[i] = (start, ready)
                 if first:

@@ -41,7 +41,9 @@ def units(draw, n: int) -> tuple[UnitProfile, ...]:
             output_bytes=output, param_bytes=params, buffer_bytes=0, optimizer_bytes=params,
             workspace_bytes=draw(st.integers(0, 300)) * MB,
             backward_workspace_bytes=draw(st.integers(0, 300)) * MB,
-            recompute_extra_time=fwd * draw(st.sampled_from([0.0, 0.0, 0.3, 1.0])),  # measured premiums
+            # measured premiums; the last of a segment may skip a tail
+            recompute_extra_time=fwd * draw(st.sampled_from([0.0, 0.0, 0.3, 1.0, -0.5])),
+            recompute_inner_extra_time=fwd * draw(st.sampled_from([0.0, 0.0, 0.3, 1.0, -0.2])),
         ))
         prev_out = output
     return tuple(out)
@@ -90,7 +92,9 @@ def adversarial_units(draw, n: int) -> tuple[UnitProfile, ...]:
             optimizer_bytes=params * draw(st.sampled_from([1, 2])),
             workspace_bytes=draw(size) * MB,
             backward_workspace_bytes=draw(st.one_of(size, st.integers(-200, 0), st.integers(3000, 12000))) * MB,
-            recompute_extra_time=draw(st.one_of(st.just(0.0), st.floats(0.0, 2.0))),  # even on a free forward
+            # premiums even on a free forward; a recompute as cheap as nothing
+            recompute_extra_time=draw(st.one_of(st.just(0.0), st.just(-fwd), st.floats(0.0, 2.0))),
+            recompute_inner_extra_time=draw(st.one_of(st.just(0.0), st.just(-fwd), st.floats(0.0, 2.0))),
         ))
         prev_out = output
     if tie:

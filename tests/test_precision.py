@@ -121,11 +121,11 @@ def trace_bytes(name, device, policy=None):
 
     chain = build(name, "tiny", device=device, precision="bf16")
     if policy is None:
-        return profile_chain(chain, torch.device(device), lambda *a: (1.0, 1.0, 0.0), "measured", "x", "")
+        return profile_chain(chain, torch.device(device), lambda *a: (1.0, 1.0, 0.0, 0.0), "measured", "x", "")
     original = unit_trace.autocast
     unit_trace.autocast = lambda d, p, _policy=None: original(d, p, policy)
     try:
-        return profile_chain(chain, torch.device(device), lambda *a: (1.0, 1.0, 0.0), "analytic", "x", "")
+        return profile_chain(chain, torch.device(device), lambda *a: (1.0, 1.0, 0.0, 0.0), "analytic", "x", "")
     finally:
         unit_trace.autocast = original
 

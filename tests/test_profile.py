@@ -220,28 +220,36 @@ class _Counted(torch.nn.Module):
 
 
 def test_a_measured_recompute_is_the_runtimes_checkpointed_forward_inside_the_backward():
-    """time_unit times a plain pass and a checkpointed one per repeat; the checkpointed backward
-    runs the forward again (karma/checkpointing.py, as the runtime does), which is what
-    recompute_extra_time is measured from. Counted, not timed: three forwards per repeat, and the
-    recompute leaves the BatchNorm statistics as two plain forwards would (one per pass)."""
+    """time_unit times per repeat a plain pass and a checkpointed one, and the same two ending in an
+    op that saves the output; each checkpointed backward runs the forward again (karma/checkpointing.py,
+    as the runtime does), which is what the recompute's extra times are measured from. Counted, not
+    timed: six forwards per repeat, and the recomputes leave the BatchNorm statistics as one forward
+    per pass would."""
     from karma.profile_measured import time_unit
 
     unit, x = _Counted(), torch.randn(8, 4)
-    fwd, bwd, extra = time_unit(unit, x, None, None, torch.device("cpu"), reps=2, warmup=1)
-    assert unit.calls == 3 * 3
-    assert unit.bn.num_batches_tracked.item() == 2 * 3
-    assert fwd > 0 and bwd > 0 and extra >= 0
+    fwd, bwd, last, inner = time_unit(unit, x, None, None, torch.device("cpu"), reps=2, warmup=1)
+    assert unit.calls == 3 * 6
+    assert unit.bn.num_batches_tracked.item() == 3 * 4
+    assert fwd > 0 and bwd > 0 and last >= -fwd and inner >= -fwd
 
 
 def test_a_recompute_premium_survives_the_file_and_coarsening(tmp_path):
     from karma.coarsen import merge
 
     profile = analytic_profile(build("resnet50", "tiny", device="meta"), V100)
-    assert all(u.recompute_extra_time == 0 and u.recompute_time == u.forward_time for u in profile.units)
-    premium = dataclasses.replace(profile, units=tuple(dataclasses.replace(u, recompute_extra_time=0.5 * u.forward_time)
-                                                       for u in profile.units))
+    assert all(u.recompute_time(last) == u.forward_time for u in profile.units for last in (True, False))
+    premium = dataclasses.replace(profile, units=tuple(
+        dataclasses.replace(u, recompute_extra_time=-0.5 * u.forward_time,
+                            recompute_inner_extra_time=0.5 * u.forward_time) for u in profile.units))
     path = tmp_path / "p.json"
     premium.to_json(path)
     assert Profile.from_dict(json.loads(path.read_text())) == premium
     merged = merge(premium, 0, 3)
-    assert merged.recompute_time == pytest.approx(1.5 * sum(u.forward_time for u in profile.units[:3]))
+    f = [u.forward_time for u in profile.units[:3]]
+    assert merged.recompute_time(False) == pytest.approx(1.5 * sum(f))
+    assert merged.recompute_time(True) == pytest.approx(1.5 * (f[0] + f[1]) + 0.5 * f[2])  # the last's tail skipped
+    raw = json.loads(path.read_text())
+    raw["units"][0]["recompute_extra_time"] = -2 * raw["units"][0]["forward_time"]
+    with pytest.raises(KarmaError, match="may not exceed the forward"):
+        Profile.from_dict(raw)

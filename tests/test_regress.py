@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from karma.regress import COLUMNS, compare
+from karma.regress import COLUMNS, _runtime_rows, compare
 
 NAN = math.nan
 
@@ -108,7 +108,7 @@ def test_an_old_reference_without_spread_still_compares():
 @pytest.mark.parametrize("value, target, expected", [(1.1, 0.15, "ok"), (1.2, 0.15, "FAILED"), (0.96, 0.05, "ok"),
                                                      (0.94, 0.05, "FAILED"), (NAN, 0.15, "FAILED")])
 def test_accuracy_is_held_to_its_target_whatever_the_reference(value, target, expected):
-    metric = "runtime/m/karma/step_measured_over_predicted"
+    metric = "runtime/m/karma/step_over_predicted_within_repeat"
     row = (metric, "accuracy", value, NAN, NAN, target)
     assert verdicts(table(), table(row))[metric] == expected
     assert verdicts(table((metric, "accuracy", 1.0, NAN, NAN, target)), table(row))[metric] == expected
@@ -121,7 +121,7 @@ def test_accuracy_is_held_to_its_target_whatever_the_reference(value, target, ex
     (0.84, 0.8, 0.86, "ok"),
 ])
 def test_accuracy_is_judged_on_the_repeat_closest_to_the_prediction(value, lo, hi, expected):
-    metric = "runtime/m/checkpoint/step_measured_over_predicted"
+    metric = "runtime/m/checkpoint/step_over_predicted_within_repeat"
     row = (metric, "accuracy", value, lo, hi, 0.15)
     assert verdicts(table(), table(row))[metric] == expected
 
@@ -141,14 +141,17 @@ def test_missing_new_checks_and_reported():
 
 # --- the command line on a whole results tree ---------------------------------------------------
 
+WITHIN = {"measured_over_predicted_rel": 1.0, "measured_over_predicted_rel_min": 0.98,
+          "measured_over_predicted_rel_max": 1.02, "repeat_scale": 1.05, "repeat_scale_min": 1.0,
+          "repeat_scale_max": 1.1}
 RUNTIME = [  # model m: vdnn and karma ran, karma 2x faster; incore did not fit (simulated)
     {"model": "m", "strategy": "incore", "status": "OOM (simulated)", "predicted_s": NAN, "measured_s": NAN},
     {"model": "m", "strategy": "vdnn", "status": "ok", "predicted_s": 2.0, "measured_s": 2.1, "measured_s_min": 2.0,
-     "measured_s_max": 2.2, "measured_over_predicted": 1.05, "peak_measured_over_predicted": 1.0,
+     "measured_s_max": 2.2, "measured_over_predicted": 1.05, "peak_measured_over_predicted": 1.0, **WITHIN,
      "karma_speedup_measured": 2.0, "karma_speedup_measured_min": 1.9, "karma_speedup_measured_max": 2.1,
      "karma_speedup_predicted": 2.0},
     {"model": "m", "strategy": "karma", "status": "ok", "predicted_s": 1.0, "measured_s": 1.05,
-     "measured_s_min": 1.0, "measured_s_max": 1.1, "measured_over_predicted": 1.05,
+     "measured_s_min": 1.0, "measured_s_max": 1.1, "measured_over_predicted": 1.05, **WITHIN,
      "peak_measured_over_predicted": 0.99, "karma_speedup_measured": 1.0, "karma_speedup_measured_min": 1.0,
      "karma_speedup_measured_max": 1.0, "karma_speedup_predicted": 1.0},
 ]
@@ -228,7 +231,7 @@ def test_a_measured_run_without_karma_fails_strict(recorded, case, tmp_path):
         runtime[1].update(karma_speedup_measured=NAN, karma_speedup_measured_min=NAN, karma_speedup_measured_max=NAN)
     else:
         runtime[2].update(status="OOM (measured): device out of memory", measured_s=NAN, measured_over_predicted=NAN,
-                          peak_measured_over_predicted=NAN)
+                          peak_measured_over_predicted=NAN, measured_over_predicted_rel=NAN)
         for r in runtime:
             r.update(karma_speedup_measured=NAN, karma_speedup_measured_min=NAN, karma_speedup_measured_max=NAN)
     write_results(results, runtime)
@@ -249,15 +252,19 @@ def test_a_baseline_measured_out_of_memory_fails_strict(recorded):
 
 
 @pytest.mark.parametrize("change, expected", [
-    ({"measured_over_predicted": 1.2, "measured_s_min": 1.17}, 1),  # every repeat's step off its 0.15 target
-    ({"measured_over_predicted": 1.2}, 0),  # the median off it, the fastest repeat (1.0) within
+    # every repeat's step off its 0.15 target within the repeat
+    ({"measured_over_predicted_rel": 1.2, "measured_over_predicted_rel_min": 1.17}, 1),
+    ({"measured_over_predicted_rel": 1.2}, 0),  # the median off it, the least disturbed repeat (0.98) within
+    ({"measured_over_predicted": 1.3, "measured_s_min": 1.25}, 0),  # absolute: reported, not enforced
+    ({"repeat_scale": 1.4, "repeat_scale_min": 1.35, "repeat_scale_max": 1.5}, 1),  # every plan 35% slow
     ({"peak_measured_over_predicted": 1.07}, 1),  # peak above its prediction by more than 0.05
-    ({"measured_over_predicted": 1.12, "peak_measured_over_predicted": 1.03}, 0),
+    ({"measured_over_predicted_rel": 1.12, "peak_measured_over_predicted": 1.03}, 0),
 ])
 def test_printed_targets_are_enforced(recorded, change, expected):
     results, reference = recorded
     runtime = [dict(r) for r in RUNTIME]
-    runtime[2].update(change)
+    for row in runtime[1:] if "repeat_scale" in change else runtime[2:]:  # a run's scale is on each of its rows
+        row.update(change)
     write_results(results, runtime)
     assert compare_cli(results, reference, "--strict") == expected
 
@@ -289,3 +296,27 @@ def test_a_peak_may_fall_below_its_prediction_by_more_than_it_may_rise(value, ex
     that ended early (a quiet run: ZeRO-Offload's peak at 0.934 of the prediction)."""
     metric = "runtime/m/zero-offload/peak_measured_over_predicted"
     assert verdicts(table(), table((metric, "accuracy", value, NAN, NAN, 0.05)))[metric] == expected
+
+
+def test_a_drift_every_strategy_shares_is_the_repeats_scale_and_a_plan_the_model_misjudges_stays_off():
+    """Step accuracy within each repeat (karma/runtime/emulation.py): the machine 20% slower in the second
+    repeat and 10% faster in the third moves every ratio alike and only the scale; a strategy the model
+    predicts 30% fast is off in every repeat whatever the drift; an OOM strategy takes no part."""
+    from karma.runtime.emulation import _relative_accuracy
+
+    predicted = {"a": 1.0, "b": 2.0, "c": 4.0, "d": 1.0}
+    drift = [1.0, 1.2, 0.9]
+    results = {"a": {"times": [1.0 * k for k in drift]}, "b": {"times": [2.0 * k for k in drift]},
+               "c": {"times": [4.0 * 1.3 * k for k in drift]}, "d": {"error": "OOM"}}
+    df = pd.DataFrame({"strategy": list(predicted), "predicted_s": list(predicted.values())})
+    _relative_accuracy(df, results, 3)
+    rel = dict(zip(df.strategy, df.measured_over_predicted_rel, strict=True))
+    assert rel["a"] == pytest.approx(1.0) and rel["b"] == pytest.approx(1.0) and rel["c"] == pytest.approx(1.3)
+    assert math.isnan(rel["d"])
+    assert (df.repeat_scale_min.iloc[0], df.repeat_scale.iloc[0], df.repeat_scale_max.iloc[0]) == \
+        pytest.approx((0.9, 1.0, 1.2))
+    rows = {r[0]: r for r in _runtime_rows(df.assign(model="m", status=["ok", "ok", "ok", "OOM (measured)"],
+                                                      measured_s=[1.0, 2.0, 5.2, NAN], plan="K"))}
+    assert rows["runtime/m/step_scale_over_predicted"][2:6] == pytest.approx((1.0, 0.9, 1.2, 0.3))
+    assert rows["runtime/m/c/step_over_predicted_within_repeat"][1] == "accuracy"
+    assert rows["runtime/m/c/step_measured_over_predicted"][1] == "reported"

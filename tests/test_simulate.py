@@ -84,7 +84,7 @@ def test_recompute_adds_exactly_the_recomputed_forward_and_its_measured_premium(
     plan = Plan(profile.model, profile.batch, n, tuple(blocks))
     keep = simulate(profile, plan_of(profile, "keep"), hw, capacity=math.inf)
     rec = simulate(profile, plan, hw, capacity=math.inf)
-    extra = sum(u.forward_time + u.recompute_extra_time for u in profile.units[start:stop])
+    extra = sum(profile.units[i].recompute_time(i == stop - 1) for i in range(start, stop))
     assert rec.time == pytest.approx(keep.time + extra, rel=1e-12)
 
 
@@ -107,7 +107,8 @@ def test_time_never_decreases_when_the_link_or_compute_slows(case, data, factor)
     assert simulate(profile, plan, slow_link, capacity=math.inf).time >= base * (1 - 1e-12)
     slow = replace(profile, units=tuple(replace(u, forward_time=u.forward_time * factor,
                                                 backward_time=u.backward_time * factor,
-                                                recompute_extra_time=u.recompute_extra_time * factor)
+                                                recompute_extra_time=u.recompute_extra_time * factor,
+                                                recompute_inner_extra_time=u.recompute_inner_extra_time * factor)
                                         for u in profile.units))
     assert simulate(slow, plan, hw, capacity=math.inf).time >= base * (1 - 1e-12)
 

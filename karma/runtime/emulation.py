@@ -172,6 +172,31 @@ def measure(runner, plans: dict[str, Plan], repeats: int) -> dict[str, dict]:
     return out
 
 
+def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int) -> None:
+    """Columns of the step-time accuracy within each repeat (karma/regress.py enforces them).
+
+    The profile is measured once, before the runs; on this shared machine the speed drifts 10-25%
+    between then and a repeat (FACTS.md), which moves every strategy's measured / predicted alike.
+    Per repeat, `repeat_scale` is the median of measured / predicted over the strategies that ran
+    every repeat (the drift, and any error common to all plans), and `measured_over_predicted_rel`
+    each strategy's ratio over it: how well the model tells the plans apart, which is what planning
+    needs. Both as median, _min and _max over the repeats."""
+    predicted = dict(zip(df.strategy, df.predicted_s, strict=True))
+    complete = {name: r["times"] for name, r in results.items() if "error" not in r and len(r["times"]) == repeats}
+    columns = ("measured_over_predicted_rel", "measured_over_predicted_rel_min", "measured_over_predicted_rel_max",
+               "repeat_scale", "repeat_scale_min", "repeat_scale_max")
+    for column in columns:
+        df[column] = float("nan")
+    if not complete or not repeats:
+        return
+    ratios = {name: [t / predicted[name] for t in times] for name, times in complete.items()}
+    scale = [statistics.median(ratios[name][r] for name in ratios) for r in range(repeats)]
+    for name, values in ratios.items():
+        rel = _spread([v / c for v, c in zip(values, scale, strict=True)])
+        df.loc[df.strategy == name, list(columns[:3])] = rel
+    df[list(columns[3:])] = _spread(scale)
+
+
 def validate(profile: Profile, strategies: list[str], capacity: float, rates: Rates, runner,
              headroom: float = 0.05, repeats: int = 1) -> pd.DataFrame:
     """Plan every strategy on the measured profile, simulate it and run it; one row per strategy.
@@ -217,6 +242,7 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
         df[column] = pd.to_numeric(df[column])
     df["measured_over_predicted"] = df.measured_s / df.predicted_s
     df["peak_measured_over_predicted"] = df.measured_peak_MB / df.predicted_peak_MB
+    _relative_accuracy(df, results, repeats)
     karma = results.get("karma")
     if "karma" in set(df.strategy):
         speedups = {name: None for name in df.strategy}
