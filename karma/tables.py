@@ -48,6 +48,9 @@ def measured_rows(profiles: list[Profile]) -> pd.DataFrame:
             "fwd_ms": p.forward_time() * 1e3,
             "bwd_ms": p.backward_time() * 1e3,
             "bwd_over_fwd": p.backward_time() / p.forward_time(),
+            # a recompute over the forward it repeats, every unit recomputed as the last of its segment / inside one
+            "recompute_last_over_fwd": sum(u.recompute_time(True) for u in p.units) / p.forward_time(),
+            "recompute_inner_over_fwd": sum(u.recompute_time(False) for u in p.units) / p.forward_time(),
             "activations_MB": p.activation_bytes() / 1e6,
             "in_core_peak_MB": p.in_core_peak_bytes() / 1e6,
             "achieved_GFLOP_s": sum(u.forward_flops + u.backward_flops for u in p.units)

@@ -76,6 +76,39 @@ def test_planner_within_one_percent_of_the_exhaustive_optimum(case):
         assert found is not None and found <= best * 1.01
 
 
+def test_a_cheap_recompute_that_lets_a_deeper_prefetch_fit_is_found():
+    """Drawn by the test above (2026-12-01): the optimum recomputes unit 1 (its recompute, the last of
+    its segment, costs half its forward) so that depth 2 of the streamed layout fits; it is two moves
+    from the streamed seed (all kept, depth 1), and the planner was 1.8% slower (0.3692 s vs 0.3628 s)."""
+    from dataclasses import replace
+
+    from karma.profile import Profile
+    from tests.chains import V100, make_unit
+
+    MB = 1e6
+    rows = [  # forward s, backward s, saved, input, output, params, workspace, backward workspace (MB), extras s
+        (0.04074477018943054, 0.08148994782656298, 1573, 110, 32, 81, 242, 14, 0.0, 0.0),
+        (0.006323046087138473, 0.011683238049541373, 179, 32, 212, 171, 229, 109, -0.0031615230435692366,
+         0.001896913826141542),
+        (0.012756190730424968, 0.017988518874635817, 1, 212, 356, 259, 299, 36, 0.012756190730424968,
+         -0.002551238146084994),
+        (0.03155673298885938, 0.0851334576496111, 698, 356, 400, 208, 271, 96, 0.009467019896657814,
+         0.009467019896657814),
+        (0.01, 0.021756462933165157, 887, 400, 75, 251, 49, 97, 0.0, -0.002),
+    ]
+    units = tuple(make_unit(f"u{i}", forward_time=f, backward_time=b, saved_bytes=sv * MB, input_bytes=i_ * MB,
+                            output_bytes=o * MB, param_bytes=p * MB, optimizer_bytes=p * MB, workspace_bytes=w * MB,
+                            backward_workspace_bytes=bw * MB, recompute_extra_time=last,
+                            recompute_inner_extra_time=inner)
+                  for i, (f, b, sv, i_, o, p, w, bw, last, inner) in enumerate(rows))
+    profile = Profile("random", "tiny", 1, "analytic", "v100-abci", "adam", units)
+    hw = replace(V100, h2d_bw=17.2e9, d2h_bw=9749578286.959036)
+    capacity = 4754000151.634216
+    best, _ = exhaustive_best(profile, hw, capacity)
+    assert best == pytest.approx(0.36280426560702433)
+    assert planned_time(profile, hw, capacity) <= best * 1.01
+
+
 @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(chains(min_units=1, max_units=8))
 def test_karma_is_never_slower_than_any_baseline(case):
