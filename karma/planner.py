@@ -57,11 +57,13 @@ SEED_WORK = 50_000
 SEED_TRIES = 4
 #: Descents in the polish (from the fastest exact and re-tiled seeds).
 POLISH_STARTS = 3
-#: On a chain this short the polish descends by steepest descent with repair and combined moves (a kind
-#: change together with another depth or layout): a few hundred simulations a step. Longer chains keep the
-#: budgeted first-improvement descent. A 5-unit chain's optimum, a cheap unit recomputed so that depth 2 of
-#: the streamed layout fits, is two moves from the streamed seed and was missed by 1.8% (tests/test_planner.py).
-SHORT_CHAIN = 8
+#: On a chain of up to this many units the polish descends from every start by steepest descent with
+#: repair and combined moves (a kind change together with another depth or layout), a few hundred
+#: simulations a step. Longer chains (the runtime's 8-unit Megatron small preset, every paper model) keep
+#: the budgeted first-improvement descent from the fastest starts. A 5-unit chain's optimum, a cheap unit
+#: recomputed so that depth 2 of the streamed layout fits, is two moves from the streamed seed and was
+#: missed by 1.8% (tests/test_planner.py, whose exhaustive checks go up to 5 units).
+SHORT_CHAIN = 6
 #: Re-tiled swap sets per search, at most, and the bound on their n^2 dynamic-program cost.
 RETILE_STARTS = 5
 RETILE_WORK = 5 * 128**2
