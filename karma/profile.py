@@ -69,7 +69,7 @@ class UnitProfile:
     unit saves (`recompute_inner_extra_time`). Both are 0 in an analytic profile (a recompute is
     the forward again, as the paper's model has it) and measured in a measured one
     (karma/profile_measured.py): on this CPU a recompute cost 1.3-1.5x the forward on ResNet-50's
-    bottlenecks and about 0.5x as the last unit of WRN-28-10's segments (FACTS.md).
+    bottlenecks and 0.5-0.8x as the last unit of a WRN-28-10 segment (FACTS.md).
     `recompute_time(last)` is what a recompute is costed at; neither is below 0.
     """
 

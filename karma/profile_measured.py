@@ -15,9 +15,9 @@ unit saves the output, so it is made again: a second pair of runs ends in an op
 that saves each output tensor (x * x, in both runs, so that its own costs cancel)
 and gives recompute_inner_extra_time. Medians over the repeats of the paired
 differences, never below minus the forward. On this CPU a recompute cost 1.3-1.5x
-the forward on ResNet-50's bottlenecks and about half of it as the last unit of a
-WRN-28-10 segment (FACTS.md): costing every recompute at its forward predicted the
-runtime's recomputing plans 10-35% off either way.
+the forward on ResNet-50's bottlenecks and 0.5-0.8x as the last unit of a WRN-28-10
+segment (FACTS.md): costing every recompute at its forward predicted ResNet-50's
+recomputing runtime plans 7-35% fast and WRN-28-10's up to 25% slow.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ class Chain:
         units = profile.units
         n = self.n = len(units)
         self.units = units
-        self.rec = [u.recompute_time(True) for u in units]  # the last of its segment
+        self.last = [u.recompute_time(True) for u in units]  # the last of its segment
         self.inner = [u.recompute_time(False) for u in units]  # inside it
         self.saved = [float(u.saved_bytes) for u in units]
         self.shared = [float(profile.shared_boundary_bytes(i)) for i in range(n)]  # between i and i+1
@@ -87,7 +87,7 @@ class Chain:
             b = j + 1
             waiting = float(output_gradient_bytes(u, j)) if b < self.n else 0.0
             recompute = max(rec_peak, before + own + last_ws) + waiting + self.gsuf[b]
-            yield b, ckpt + max(fwd_peak, recompute, bwd_peak), ckpt, time + self.rec[j]
+            yield b, ckpt + max(fwd_peak, recompute, bwd_peak), ckpt, time + self.last[j]
             time += self.inner[j]
             rec_peak = max(rec_peak, before + own + self.ws[j])
             if ckpt + cum > budget:
