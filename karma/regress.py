@@ -20,8 +20,11 @@ each (metric, kind, value, min, max, target, note):
   on one side of 1, the new run's whole range on the other (a new range that straddles 1 claims
   nothing: the same two runs moved ResNet-50's over Capuchin from 1.20 [1.09, 1.26] to 0.99
   [0.96, 1.15]), where the model predicts a clear
-  difference (column predicted at least MEASURED_NOISE from 1: a predicted tie, such as 1.02,
-  crosses 1 on noise alone; FACTS.md puts this machine's noise on small ratios at 10-25%). A
+  difference (column predicted at least a factor 1 + MEASURED_NOISE from 1, either way: a predicted
+  tie, such as 1.02, crosses 1 on noise alone; FACTS.md puts this machine's noise on small ratios
+  at 10-25%, and the step accuracy the model is held to, STEP_TIME_TARGET on each of the ratio's two
+  steps, allows more: CI, 2026-12-01, measured KARMA over SuperNeurons on WRN-28-10 at 0.87
+  [0.84, 0.95] where the model predicted 1.10, with both steps within their target). A
   measured number that is absent (KARMA absent or out of memory, or the strategy's own run out
   of memory) is a failure.
 * ``accuracy``: measured / predicted (step time, peak, the data-parallel naive/pipelined
@@ -58,8 +61,9 @@ from karma.errors import KarmaError
 SIMULATED_TOLERANCE = 0.01
 #: the lower end of this machine's run-to-run noise on small measured ratios (FACTS.md: 10-25%)
 MEASURED_FLOOR = 0.10
-#: A predicted ratio within this of 1 is a tie as far as a measured sign can tell (FACTS.md: 10-25% noise).
-MEASURED_NOISE = 0.10
+#: A predicted ratio within a factor 1 + this of 1 is a tie as far as a measured sign can tell (FACTS.md: the upper
+#: end of the 10-25% noise on small measured ratios; the module docstring has the CI run that showed it)
+MEASURED_NOISE = 0.25
 STEP_TIME_TARGET = 0.15  # |measured / predicted - 1| of a runtime step within its repeat (measured_vs_predicted)
 #: of a repeat's scale, the median of measured / predicted over its strategies: the drift of this shared machine
 #: between the profile and the repeat (FACTS.md: 10-25%) and any error the model makes on every plan alike
@@ -197,11 +201,17 @@ def _measured_verdict(ref: float, ref_lo: float, ref_hi: float, now: float, lo: 
     lo = now if math.isnan(lo) else min(lo, now)
     hi = now if math.isnan(hi) else max(hi, now)
     crossed = (ref_lo > 1 and hi < 1) or (ref_hi < 1 and lo > 1)
-    if crossed and (math.isnan(predicted) or abs(predicted - 1) >= MEASURED_NOISE):
+    if crossed and (math.isnan(predicted) or _predicts_a_difference(predicted)):
         return "REGRESSION", f"crosses 1: reference range [{ref_lo:.3f}, {ref_hi:.3f}], now [{lo:.3f}, {hi:.3f}]"
     if crossed:
         return "ok", f"crosses 1 where the model predicts a tie ({predicted:.3f})"
     return "ok", ""
+
+
+def _predicts_a_difference(predicted: float) -> bool:
+    """Whether a predicted ratio is far enough from 1, either way (1.25 as much as 0.8), for a measured sign
+    to test it."""
+    return predicted > 0 and max(predicted, 1 / predicted) >= 1 + MEASURED_NOISE
 
 
 def _over_predicted(row) -> tuple[float, ...] | None:
