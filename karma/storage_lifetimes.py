@@ -37,9 +37,13 @@ class StorageLifetimes:
         self._deferred: list[int] = []
         self._lock = threading.Lock()
 
-    def track(self, t: torch.Tensor, new_storage: bool, key=None, defer: bool = False) -> None:
+    def track(self, t: torch.Tensor, new_storage: bool, key=None, defer: bool = False,
+              storage: bool = False) -> None:
         """Follow `t`'s storage (under `key`, by default the storage's own identity). With `defer`, a
-        new storage counts only from the next `settle()` (see `accumulates_gradients`)."""
+        new storage counts only from the next `settle()` (see `accumulates_gradients`). With `storage`,
+        until the storage itself dies (PyTorch keeps one Python object per live storage), not `t`: a
+        tensor handed to code that goes on with a detached alias of it (torch.utils.checkpoint's
+        recompute detaches its inputs) dies while its memory is still in use."""
         key = storage_key(t) if key is None else key
         with self._lock:
             entry = self._refs.get(key)
@@ -53,7 +57,7 @@ class StorageLifetimes:
                     self.allocated(key, nbytes)
                 entry = self._refs[key] = [nbytes, 0, int(defer)]
             entry[1] += 1
-        weakref.finalize(t, self._drop, key)
+        weakref.finalize(t.untyped_storage() if storage else t, self._drop, key)
 
     def settle(self) -> None:
         """Count the deferred storages that are still alive (what died meanwhile was never counted)."""

@@ -187,10 +187,12 @@ FORK_SUM = ("K|RRRRR|KKK|R|R|RRR|S|RRRRRR|K|RR|K|R|RR|RRRRRR|SS|SSSSSSS|SSS|SSSS
             "KKKKKKKKK|R|KKKKKKKKKKKKK")
 
 
-#: The reach case's next KARMA plan that ran out (issue 16, open): measured 89.3 MB at the backward of block 3
-#: (a host-checkpointed recompute block) against 78.9 predicted, whenever blocks 4 and 5 (layer1_0's join and
-#: ReLU, then layer1_1's first layers) are both swapped and the prefetch depth is 0 or 2 (depth 1: 1.008;
-#: block 4 kept, or blocks 5-6 kept: 0.998), in every weight layout: a storage the two swapped blocks share.
+#: The reach case's next KARMA plan that ran out (issue 16): measured 89.3 MB at the backward of block 3 (a
+#: host-checkpointed recompute block) against 78.9 predicted, at prefetch depth 0 or 2. Two errors that
+#: half cancelled: the recompute of the block's last unit, a batch norm, makes its output again (it saves
+#: its statistics, outputs, so checkpoint's early stop comes after the kernel), which the simulator left
+#: out (16.8 MB); and the runtime let go of the prefetched checkpoint (6.3 MB) when the tensor it unpacked
+#: died, while the recompute went on reading detached aliases of its storage. Both now 95.7 MB.
 TWO_SWAPS_AFTER_RECOMPUTE = ("K|RRR|RRRR|RRRRRR|SS|SSSSSSS|SS|RRRRRR|K|RR|S|SS|RRRRRRRRR|K|RRR|KK|R|KK|R|K|RRR|KK|R|"
                              "KKKK|RRR|KK|R|KKKK|RRR|KK|R|KK|R|K|R|K|RRR|KK|R|KK|R|K|RRR|KK|R|KK|R|K|RRR|KK|R|KK|R|K|"
                              "RRR|KK|R|KK|R|K|RRR|KKKKK|R|KKK|R|K|K|R|KK|R|K|KKKK|KKKKKKKKKK|KKKKKKKKKK")
@@ -198,8 +200,8 @@ TWO_SWAPS_AFTER_RECOMPUTE = ("K|RRR|RRRR|RRRRRR|SS|SSSSSSS|SS|RRRRRR|K|RR|S|SS|R
 
 @pytest.mark.parametrize("code, depth, above", [
     (UNDER_PREDICTED, 2, 0.05), (FORK_SUM, 0, 0.005),
-    pytest.param(TWO_SWAPS_AFTER_RECOMPUTE, 0, 0.005, marks=pytest.mark.xfail(strict=True, reason="issue 16")),
-], ids=["skip-saved-twice", "fork-sum", "two-swaps-after-recompute"])
+    (TWO_SWAPS_AFTER_RECOMPUTE, 0, 0.005), (TWO_SWAPS_AFTER_RECOMPUTE, 2, 0.005),
+], ids=["skip-saved-twice", "fork-sum", "recomputed-last-output", "recomputed-last-output-depth-2"])
 def test_the_reach_cases_plans_peak_where_the_simulator_says(code, depth, above):
     """Measured peak of each plan within 5% of the prediction, and not more than `above` over it (the
     reach case plans to within 0.5% of its capacity: an under-prediction is an out of memory)."""

@@ -120,7 +120,8 @@ class SavedTensors:
         else:
             copies = self.back.result()
             t, copies[value] = copies[value], None  # autograd holds it from here, and frees it after use
-        self._lifetimes.track(t, new_storage=True, key=("prefetched", self.k, self.device_keys[value]))
+        # while its storage lives: a recompute block's checkpoint is read through detached aliases
+        self._lifetimes.track(t, new_storage=True, key=("prefetched", self.k, self.device_keys[value]), storage=True)
         return t
 
     @property
