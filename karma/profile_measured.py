@@ -14,7 +14,13 @@ stop skips a tail nobody saved, so it may be negative). Inside a segment the nex
 unit saves the output, so it is made again: a second pair of runs ends in an op
 that saves each output tensor (x * x, in both runs, so that its own costs cancel)
 and gives recompute_inner_extra_time. Medians over the repeats of the paired
-differences, never below minus the forward. On this CPU a recompute cost 1.3-1.5x
+differences, never below minus the forward, and 0 (the paper's recompute = forward) unless
+every repeat agrees on the sign (`consistent_extra`): a difference of three noisy passes moves
++-20% of a forward from repeat to repeat, and the planner picks the plans whose recompute
+looks cheapest, noise included (a pipeline run, 2026-12-01: Megatron-1.2B's layers measured
+at 0.88, 1.25 and 1.31x their forward as the last of a segment in three profiles, and the
+KARMA plan of the 0.88 profile, all single-layer segments, ran 1.29x its prediction within
+its repeat where the other plans ran 0.92-1.21x). On this CPU a recompute cost 1.3-1.5x
 the forward on ResNet-50's bottlenecks and 0.5-0.8x as the last unit of a WRN-28-10
 segment (FACTS.md): costing every recompute at its forward predicted ResNet-50's
 recomputing runtime plans 7-35% fast and WRN-28-10's up to 25% slow.
@@ -93,7 +99,15 @@ def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: in
             last.append(b_last - b - f)
             inner.append(b_inner - b_held - f)
     f = statistics.median(fwd)
-    return f, statistics.median(bwd), max(statistics.median(last), -f), max(statistics.median(inner), -f)
+    return f, statistics.median(bwd), max(consistent_extra(last), -f), max(consistent_extra(inner), -f)
+
+
+def consistent_extra(differences: list[float]) -> float:
+    """The median of a recompute's paired extra times where every repeat has the same sign, else 0 (the
+    module docstring says why). One repeat is taken as it is."""
+    if all(d > 0 for d in differences) or all(d < 0 for d in differences):
+        return statistics.median(differences)
+    return 0.0
 
 
 def measured_profile(model: ChainModel, reps: int = 5, warmup: int = 1, progress=None) -> Profile:

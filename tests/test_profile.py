@@ -234,6 +234,16 @@ def test_a_measured_recompute_is_the_runtimes_checkpointed_forward_inside_the_ba
     assert fwd > 0 and bwd > 0 and last >= -fwd and inner >= -fwd
 
 
+@pytest.mark.parametrize("differences, expected", [
+    ([0.02, 0.03, 0.025], 0.025), ([-0.01, -0.03, -0.02], -0.02),  # every repeat agrees: the median
+    ([0.02, -0.001, 0.03], 0.0), ([0.0, 0.01, 0.02], 0.0),  # noise around 0: the paper's recompute = forward
+    ([0.01], 0.01)])
+def test_a_recompute_premium_is_kept_only_where_every_repeat_agrees_on_its_sign(differences, expected):
+    from karma.profile_measured import consistent_extra
+
+    assert consistent_extra(differences) == pytest.approx(expected)
+
+
 def test_a_recompute_premium_survives_the_file_and_coarsening(tmp_path):
     from karma.coarsen import merge
 
