@@ -36,7 +36,11 @@ tau_j the start of unit j's backward and T the end of the iteration.
    transient (output and input gradients, workspace), all of s_i (kept, or
    prefetched, or recomputed: a recomputed block's first unit holds the rest
    of its input as the checkpoint), and for j < i at least s_j unless unit j
-   is swapped or recomputed (then we count nothing). All of it <= M.
+   is swapped or recomputed (then we count nothing). All of it <= M. A unit
+   making its input gradient last (models/lean_layers.py) is counted with the
+   smaller of its input gradient and its saved input taken off: in its first
+   phase the input gradient is not made yet, in its second a saved input may
+   be gone (`split_relief`).
 3. Memory when unit i's forward starts: static (streamed: unit i's weights),
    unit i's workspace and s_i, and s_j of every earlier unit j that is not
    recomputed, less the swapped bytes a_i already copied out:
@@ -75,7 +79,7 @@ from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from karma.hardware import Hardware
-from karma.profile import GradientBytes, Profile, backward_transient
+from karma.profile import GradientBytes, Profile, backward_transient, input_gradient_bytes
 from karma.simulate import optimizer_traffic_bytes
 
 GB = 1e9
@@ -108,6 +112,15 @@ class _Program:
                 data.append(val * scale[idx])
             ptr.append(len(cols))
         return sparse.csr_matrix((data, cols, ptr), shape=(len(self.rows), self.nv))
+
+
+def split_relief(units, i: int) -> float:
+    """Bytes unit i's backward may need less than all its transients and saved bytes at once: a unit
+    making its input gradient last (models/lean_layers.py) holds the input gradient only after its
+    weight gradients, when a saved input nothing else holds may be gone. Each of its two phases needs
+    at least the whole less the smaller of the two, so the bound, counting that less, stays below both."""
+    u = units[i]
+    return min(input_gradient_bytes(units, i), u.saved_input_bytes) if u.input_grad_last else 0.0
 
 
 def _gradients(units) -> list[float]:
@@ -173,8 +186,8 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
     live_grads = list(np.cumsum(grads[::-1])[::-1]) if not host_opt else grads
     weights_at = [(u.param_bytes + u.tied_param_bytes) if streamed else 0 for u in units]
     # memory left for earlier units' bytes when unit i's backward starts (GB)
-    room = np.array([(capacity - static - live_grads[i] - weights_at[i] - backward_transient(units, i)) / GB - own[i]
-                     for i in range(n)])
+    room = np.array([(capacity - static - live_grads[i] - weights_at[i] - backward_transient(units, i)
+                      + split_relief(units, i)) / GB - own[i] for i in range(n)])
     if (room < 0).any():  # some unit's backward alone does not fit
         return math.inf
     prefix = np.concatenate([[0.0], np.cumsum(own)])

@@ -17,6 +17,9 @@ timeline (allocated at the start of an op, freed at the end, karma/schedule.py):
   the host ends, and a prefetched copy (a storage of its own) from the prefetch to the last
   backward reading it (between two swapped blocks that both save it: copied out with the
   earlier block, back with the later one's prefetch, as karma/runtime/saved.py does);
+  a prefetched or recomputed copy read last by a unit that makes its input gradient last (a
+  convolution, models/lean_layers.py) goes when its weight gradients are done, before that
+  input gradient is allocated (a kept one stays to its backward's end: autograd holds it);
 * during a recompute, what the recompute makes again until the last unit of the block
   reading it has run again. A block's last output nobody saves is not made again when its
   unit saves only inputs (a convolution, a linear layer) or nothing (a join):
@@ -56,12 +59,14 @@ class OpTimes:
     forward: list[Span] = field(default_factory=list)  # per unit
     recompute: list[Span | None] = field(default_factory=list)  # per unit (recomputed blocks)
     backward: list[Span] = field(default_factory=list)  # per unit
+    weights_done: list[float] = field(default_factory=list)  # per unit: its saved inputs may go (input_grad_last)
     block_start: list[float] = field(default_factory=list)  # per block: its forward may begin
     prefetch_start: list[float] = field(default_factory=list)  # per block: its prefetch (swap, host checkpoint)
 
     @classmethod
     def sized(cls, units: int, blocks: int) -> OpTimes:
-        return cls([(0.0, 0.0)] * units, [None] * units, [(0.0, 0.0)] * units, [0.0] * blocks, [0.0] * blocks)
+        return cls([(0.0, 0.0)] * units, [None] * units, [(0.0, 0.0)] * units, [0.0] * units, [0.0] * blocks,
+                   [0.0] * blocks)
 
 
 class _Holds:
@@ -126,7 +131,7 @@ def hold_boundary_storages(profile: Profile, plan: Plan, s: Schedule, t: OpTimes
                     holds.add(sid, t.forward[i][0], t.forward[i][1], k)
                     # the recompute of a block whose checkpoint was on the host runs on its copy
                     copy = b.checkpoint == "host" and sid in inputs[b.start]
-                    holds.add(("ckpt", sid, k) if copy else sid, t.recompute[i][0], t.backward[i][1], k)
+                    holds.add(("ckpt", sid, k) if copy else sid, t.recompute[i][0], t.weights_done[i], k)
         if b.policy == "recompute":
             _recomputed(holds, k, plan, units, inputs, outputs, reader, t, ckpt_out_end)
     holds.to(s, size)
@@ -150,7 +155,7 @@ def _swapped(holds: _Holds, k: int, plan: Plan, units, saved: list[set], lent: l
         # read last by the earliest unit saving it, in this block or (borrowed) in the one before
         owner = k - 1 if sid in before else k
         readers = [i for j in (owner, k) for i in blocks[j].units if sid in units[i].boundary_saved]
-        holds.add(("back", sid, owner), t.prefetch_start[k], t.backward[min(readers)][1], k)
+        holds.add(("back", sid, owner), t.prefetch_start[k], t.weights_done[min(readers)], k)
 
 
 def _recomputed(holds: _Holds, k: int, plan: Plan, units, inputs: list[set], outputs: list[set],

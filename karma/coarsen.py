@@ -53,6 +53,8 @@ def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
         # group's input and output (a storage inside the group is its own saved bytes, counted apart)
         boundary_out=last.boundary_out,
         boundary_saved=tuple(dict.fromkeys(sid for u in units for sid in u.boundary_saved if sid in visible)),
+        # a merged backward frees its saved tensors at its end (conservative); one unit is itself
+        input_grad_last=first.input_grad_last and stop - start == 1,
     )
 
 

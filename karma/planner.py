@@ -27,6 +27,10 @@ weight layouts), coarse to fine:
    moves, SHORT_CHAIN); the fastest plan found wins. A coarse recompute group
    is one long segment, far more memory-hungry than the unit-level segments
    of the same recompute time, so the coarse levels alone place recompute badly.
+   The most frugal state of the space (`frugal_state`: every unit its own swap block,
+   copies back on demand, weights streamed) is a seed too: at the reach the merged
+   chain fits nowhere, and the descent from an infeasible state need not find the
+   few plans that fit (ResNet-50 at batch 1440, layer units: 15.03 GB of 16).
 
 The budgets count simulated units, not plans, so that a step costs the same
 time at every level. Every plan comes from this search; no other strategy's
@@ -133,6 +137,15 @@ def retiled(search: Search, coarse: Search, cuts: list[tuple[int, int]]) -> list
     return [new for state in dict.fromkeys(sources) for new in retile(search, state, chains)]
 
 
+def frugal_state(n: int, space: Space) -> State:
+    """Every one of `n` units swapped on its own, copied back on demand, weights streamed where the
+    space has these: the plan of least device memory the space holds when no single layer's
+    backward can share the device (recompute keeps a checkpoint and makes tensors again)."""
+    kind = "S" if "S" in space.kinds else space.kinds[0]
+    layout = "streamed" if "streamed" in space.layouts else space.layouts[-1]
+    return tuple((i, i + 1, kind) for i in range(n)), min(space.depths), layout
+
+
 def polish(state: State, search: Search, profile: Profile, capacity: float, space: Space, budget: int,
            more: list[State] | None = None) -> State:
     """At one group per unit: descend from the exact recompute-only seeds and `more` too, keep the fastest."""
@@ -175,8 +188,9 @@ def plan(profile: Profile, hw: Hardware, capacity: float, space: Space | None = 
         evaluations.append(len(search.cache))
         frugal = min(frugal, search.frugal())
     if len(search.profile.units) == n:
-        more = retiled(search, coarse, coarse_cuts)
+        more = retiled(search, coarse, coarse_cuts) + [frugal_state(n, space)]
         state = polish(state, search, profile, capacity, space, budget=int(work * SEED_WORK / n), more=more)
+        frugal = min(frugal, search.frugal())
     best = to_plan(profile, cuts, state)
     result = simulate(profile, best, hw, capacity, record=False)
     if not result.feasible or search.cost(state) >= INFEASIBLE:

@@ -71,6 +71,11 @@ class UnitProfile:
     (karma/profile_measured.py): on this CPU a recompute cost 1.3-1.5x the forward on ResNet-50's
     bottlenecks and 0.5-0.8x as the last unit of a WRN-28-10 segment (FACTS.md).
     `recompute_time(last)` is what a recompute is costed at; neither is below 0.
+
+    `input_grad_last`: the backward makes its weight gradients first and its input gradient last
+    (a convolution of a layer chain, models/lean_layers.py), so a saved input nothing else holds
+    (a prefetched copy, a recomputed tensor) is freed before the input gradient is allocated; the
+    simulator runs such a backward as two ops, weights then input (karma/simulate.py).
     """
 
     name: str
@@ -98,6 +103,7 @@ class UnitProfile:
     boundary_saved: tuple[int, ...] = ()
     recompute_extra_time: float = 0.0
     recompute_inner_extra_time: float = 0.0
+    input_grad_last: bool = False
 
     def recompute_time(self, last: bool = True) -> float:
         """Seconds of recomputing the unit: the last of its segment, or inside one."""
@@ -130,9 +136,12 @@ def backward_transient(units, i: int) -> float:
     """Bytes unit i's backward holds besides saved tensors and weight gradients: its output's
     gradient, the input gradients it makes (the first unit's input is the batch, which needs none)
     and its backward workspace."""
-    u = units[i]
-    grad_in = 0 if i == 0 else u.input_bytes - u.grad_reused_bytes
-    return output_gradient_bytes(units, i) + grad_in + u.backward_workspace_bytes
+    return output_gradient_bytes(units, i) + input_gradient_bytes(units, i) + units[i].backward_workspace_bytes
+
+
+def input_gradient_bytes(units, i: int) -> float:
+    """Bytes of the input gradients unit i's backward makes (none for the first unit: the batch)."""
+    return 0 if i == 0 else units[i].input_bytes - units[i].grad_reused_bytes
 
 
 #: fields of UnitProfile that may be negative (a backward that frees saved tensors before it peaks; a
@@ -158,6 +167,10 @@ def _unit(raw, k: int) -> UnitProfile:
         where = f"units[{k}].{name}"
         if f.type == "str":
             values[name] = text(raw[name], where)
+        elif f.type == "bool":
+            if not isinstance(raw[name], bool):
+                raise KarmaError(f"{where}: expected true or false, got {raw[name]!r}")
+            values[name] = raw[name]
         elif name in ("boundary_out", "boundary_saved"):
             values[name] = _ids(raw[name], where, pairs=name == "boundary_out")
         else:

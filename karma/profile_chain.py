@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import torch
 
-from karma.precision import PROFILE_DTYPE, optimizer_bytes
+from karma.precision import PROFILE_DTYPE, mixed, optimizer_bytes
 from karma.profile import Profile, UnitProfile
 from karma.storage_lifetimes import storage_bytes, storage_key
 from karma.unit_trace import UnitTrace, next_input, trace_unit, unit_signature
@@ -120,6 +120,7 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
             backward_time=t_bwd,
             recompute_extra_time=t_last,
             recompute_inner_extra_time=t_inner,
+            input_grad_last=getattr(unit, "input_grad_last", False) and not mixed(model.precision),
             forward_flops=sum(op.flops for op in trace.forward_ops),
             backward_flops=sum(op.flops for op in trace.backward_ops),
             forward_bytes=sum(op.bytes for op in trace.forward_ops),

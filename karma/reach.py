@@ -334,14 +334,19 @@ def model_reach(model: str, batches: Batches, hw: Hardware, strategies: list[str
 
 def reach_table(models: list[str], hw: Hardware, strategies: list[str], *, granularities: Iterable[str] = ("block",),
                 multiples: Iterable[int] = MULTIPLES, limit_factor: int = LIMIT_FACTOR, work: float = SEARCH_WORK,
-                precision: str = "fp32", confirm: bool = True, log: Callable[[str], None] = print) -> pd.DataFrame:
+                precision: str = "fp32", confirm: bool = True, log: Callable[[str], None] = print,
+                layer_models: Iterable[str] | None = None) -> pd.DataFrame:
     """Rows per (granularity, model, strategy) for zoo models at paper size (a model without units
-    at a granularity is skipped, and the log says so); the search starts from the paper batch."""
+    at a granularity is skipped, and the log says so); the search starts from the paper batch.
+    `layer_models`: the models searched at layer granularity (default all of `models`): a layer
+    chain is ten times longer, and its planning as many times slower."""
     from models.registry import spec
 
     rows = []
     for granularity in granularities:
-        for model in models:
+        chosen = models if granularity != "layer" or layer_models is None else \
+            [m for m in models if m in set(layer_models)]
+        for model in chosen:
             try:
                 batches = zoo_batches(model, hw, granularity, precision)
             except KarmaError as err:

@@ -29,7 +29,11 @@ the end of the op that last needs it):
 * during a unit's forward its (forward) workspace; during its backward the
   gradient of its output (none for the last unit, which starts from the scalar
   loss; in a recomputed block from the start of its recompute), of its input
-  and its backward workspace; weight gradients from the
+  and its backward workspace (a unit that makes its input gradient last, a
+  convolution of a layer chain, runs it as two ops of half the backward each,
+  as the weight and input gradients cost a forward each: the input gradient
+  is allocated in the second, after a saved input nothing else holds is
+  gone, karma/boundary_memory.py); weight gradients from the
   backward to the optimizer step (resident) or the download (streamed);
 * streamed weights from their upload to the end of the block's pass (a tied
   weight with every block that uses it, as the runtime uploads it); a tied
@@ -64,7 +68,7 @@ from karma.hardware import Hardware
 from karma.network import allreduce_time, nodes_for
 from karma.plan import Plan
 from karma.precision import master_bytes
-from karma.profile import OPTIMIZER_STATE_FACTOR, GradientBytes, Profile
+from karma.profile import OPTIMIZER_STATE_FACTOR, GradientBytes, Profile, input_gradient_bytes
 from karma.schedule import Event, Schedule
 
 
@@ -275,9 +279,19 @@ def _backward(it: _Iteration) -> None:
         for i in range(b.stop - 1, b.start - 1, -1):
             u = units[i]
             transient = transients[i]
-            start, ready = s.op("compute", "backward", k, ready, u.backward_time,
-                                alloc=transient + tied_grads(u), free=transient + by.own[i])
+            grads = tied_grads(u)
+            if u.input_grad_last:  # weight gradients, then the input gradient (models/lean_layers.py)
+                grad_in = input_gradient_bytes(units, i)
+                start, mid = s.op("compute", "backward", k, ready, u.backward_time / 2,
+                                  alloc=transient - grad_in + grads)
+                _, ready = s.op("compute", "backward", k, mid, u.backward_time / 2, alloc=grad_in,
+                                free=transient + by.own[i])
+            else:
+                start, ready = s.op("compute", "backward", k, ready, u.backward_time,
+                                    alloc=transient + grads, free=transient + by.own[i])
+                mid = ready
             it.times.backward[i] = (start, ready)
+            it.times.weights_done[i] = mid
             if waiting_grad:  # from here it is the backward's own output gradient
                 s.release(start, waiting_grad, k)
                 waiting_grad = 0.0

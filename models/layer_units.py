@@ -22,54 +22,55 @@ import torch
 from torch import nn
 
 from models.boundary import Boundary
+from models.lean_layers import conv_input_grad_last, relu_saving_mask, splittable
 
 
-class Fork(nn.Module):
+class _Layer(nn.Module):
+    """One layer `f` of a residual block; a convolution makes its input gradient last
+    (models/lean_layers.py), which the profile records (`UnitProfile.input_grad_last`)."""
+
+    def __init__(self, f: nn.Module):
+        super().__init__()
+        self.f = f
+
+    @property
+    def input_grad_last(self) -> bool:
+        return splittable(self.f)
+
+    def layer(self, x: torch.Tensor) -> torch.Tensor:
+        return conv_input_grad_last(self.f, x)
+
+
+class Fork(_Layer):
     """``x -> (f(x), x)``: the first layer of a residual block; the block input rides along as the skip."""
 
-    def __init__(self, f: nn.Module):
-        super().__init__()
-        self.f = f
-
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.f(x), x
+        return self.layer(x), x
 
 
-class Along(nn.Module):
+class Along(_Layer):
     """``(h, skip) -> (f(h), skip)``: a layer of the main path inside a residual block."""
 
-    def __init__(self, f: nn.Module):
-        super().__init__()
-        self.f = f
+    def forward(self, b: Boundary) -> tuple[torch.Tensor, torch.Tensor]:
+        h, skip = b
+        return self.layer(h), skip
+
+
+class Shortcut(_Layer):
+    """``(h, skip) -> (h, f(skip))``: the projection shortcut of a block whose shape changes."""
 
     def forward(self, b: Boundary) -> tuple[torch.Tensor, torch.Tensor]:
         h, skip = b
-        return self.f(h), skip
+        return h, self.layer(skip)
 
 
-class Shortcut(nn.Module):
-    """``(h, skip) -> (h, g(skip))``: the projection shortcut of a block whose shape changes."""
-
-    def __init__(self, g: nn.Module):
-        super().__init__()
-        self.g = g
-
-    def forward(self, b: Boundary) -> tuple[torch.Tensor, torch.Tensor]:
-        h, skip = b
-        return h, self.g(skip)
-
-
-class PreShortcut(nn.Module):
-    """``(pre, x) -> (pre, g(pre))``: a pre-activation block's projection reads the activated input
+class PreShortcut(_Layer):
+    """``(pre, x) -> (pre, f(pre))``: a pre-activation block's projection reads the activated input
     (He et al. ECCV'16, Fig. 4e); the raw input is not needed after it."""
-
-    def __init__(self, g: nn.Module):
-        super().__init__()
-        self.g = g
 
     def forward(self, b: Boundary) -> tuple[torch.Tensor, torch.Tensor]:
         pre, _ = b
-        return pre, self.g(pre)
+        return pre, self.layer(pre)
 
 
 class Join(nn.Module):
@@ -81,10 +82,11 @@ class Join(nn.Module):
 
 
 class Relu(nn.Module):
-    """An out-of-place ReLU (the module docstring says why not in place)."""
+    """An out-of-place ReLU (the module docstring says why not in place) that saves a 1-byte mask of
+    where its output is positive, not the output (models/lean_layers.py says why)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x)
+        return relu_saving_mask(x)
 
 
 def bottleneck_layers(name: str, block) -> list[tuple[str, nn.Module]]:

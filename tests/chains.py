@@ -71,7 +71,7 @@ def chains(draw, min_units: int = 1, max_units: int = 8):
 def adversarial_units(draw, n: int) -> tuple[UnitProfile, ...]:
     """Units drawn to break claims: outputs saved by both neighbours (shared boundaries), a weight
     tied between the first unit and a later one, large or negative backward workspaces, zero and
-    tiny times, and parameter bytes as large as activations."""
+    tiny times, parameter bytes as large as activations, and backwards making their input gradient last."""
     size = st.one_of(st.just(0), st.integers(1, 50), st.integers(50, 3000))
     tie = n > 1 and draw(st.booleans())
     tied_at = draw(st.integers(1, n - 1)) if tie else -1
@@ -95,6 +95,8 @@ def adversarial_units(draw, n: int) -> tuple[UnitProfile, ...]:
             # premiums even on a free forward; a recompute as cheap as nothing
             recompute_extra_time=draw(st.one_of(st.just(0.0), st.just(-fwd), st.floats(0.0, 2.0))),
             recompute_inner_extra_time=draw(st.one_of(st.just(0.0), st.just(-fwd), st.floats(0.0, 2.0))),
+            # a backward in two ops, weights then input (models/lean_layers.py)
+            input_grad_last=i > 0 and draw(st.booleans()),
         ))
         prev_out = output
     if tie:
