@@ -14,26 +14,44 @@ read from the costs:
   positions: GPT-2's own code calls it Conv1D). Residual blocks, VGG's conv
   layers, WRN groups, transformer layers are convolution-like; classifier heads,
   VGG's fc layers and embedding tables are not.
-* **cheap**: no weights at all (pooling, activation, normalisation alone); no
-  unit of our paper models is one, but random chains have them.
+* **cheap**: no weights at all (pooling, activation, normalisation alone), or a
+  cost in memory traffic with few FLOPs per output element (below ``INTENSITY``;
+  the analytic profile counts a batch norm's as 0) and weights far smaller than its
+  output (an embedding table is neither): a batch norm with its affine
+  weights, a unit of a layer chain, models/layer_units.py, which the reuse rule
+  alone takes for a convolution, since it applies its two weights per channel at
+  every position). No block unit of our paper models is cheap; layer units and
+  random chains have them.
+
+Convolution-like units are not cheap: they do at least ``INTENSITY`` FLOPs per
+output element (the lightest convolution of the zoo, a 1x1 over 64 channels, 128).
 """
 
 from __future__ import annotations
 
 #: positions a weight must be used at, per sample, for its unit to count as convolution-like
 REUSE = 4
+#: forward FLOPs per output element below which a unit is a cheap layer (a batch norm does a few)
+INTENSITY = 32
 
 
 def weight_elements(unit, dtype_bytes: int = 4) -> float:
     return (unit.param_bytes + unit.tied_param_bytes) / dtype_bytes
 
 
+def flops_per_output(unit, dtype_bytes: int = 4) -> float:
+    """Forward FLOPs per element of the unit's output (every tensor of a layer chain's boundary)."""
+    return unit.forward_flops / max(unit.output_bytes / dtype_bytes, 1.0)
+
+
 def conv_like(unit, batch: int) -> bool:
-    """The unit reuses its weights across positions (convolutions, transformer layers)."""
+    """The unit reuses its weights across positions (convolutions, transformer layers), and is no cheap layer."""
     elements = weight_elements(unit)
-    return elements > 0 and unit.forward_flops > REUSE * 2 * batch * elements
+    return elements > 0 and unit.forward_flops > REUSE * 2 * batch * elements and not cheap(unit)
 
 
 def cheap(unit) -> bool:
-    """A unit with no weights: pooling, activations, normalisation without affine weights."""
-    return unit.param_bytes == 0
+    """A unit with no weights (pooling, activations), or with few FLOPs per output element and weights far
+    smaller than its output (a batch norm)."""
+    few = unit.forward_bytes > 0 and flops_per_output(unit) < INTENSITY
+    return unit.param_bytes == 0 or (few and unit.param_bytes * REUSE < unit.output_bytes)

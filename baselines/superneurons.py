@@ -25,9 +25,15 @@ faster that fits (the generous reading):
   recomputed before its backward (fewer bytes than SuperNeurons, but its
   convolutions are recomputed, which SuperNeurons never does).
 
-Units without weights (cheap layers alone) are recomputed, each its own
-segment; other units that are not convolution-like (classifier heads,
-embeddings) are checkpoints kept on the device. The tensor cache then keeps on
+Cheap units (baselines/_layers.py: no weights, or a batch norm of a layer
+chain) are recomputed; other units that are not convolution-like (classifier
+heads, embeddings) are checkpoints kept on the device. In the swap reading each
+cheap unit is its own segment; in the host-checkpoint reading a segment runs
+from after one convolution-like unit through the next, so that, in a layer
+chain, a convolution's output is the offloaded checkpoint and the batch norm
+and ReLU after it are what is recomputed, as SuperNeurons does (the
+convolution closing the segment saves its input before its kernel runs, so the
+recompute stops before it, karma/boundary_memory.py). The tensor cache then keeps on
 the device the offloaded units of the longest suffix of the chain that fits
 (LRU: the last units' tensors are the most recently used), found by bisection.
 Weights stay resident; copies overlap one unit's compute (prefetch depth 2,
@@ -58,12 +64,13 @@ def configuration(profile, reading: str, cached: int):
             labels.append("swap" if reading == "swap" else "recompute")
         else:
             labels.append("keep")
-    checkpoint = "host" if reading == "host-checkpoint" else "device"
-    if checkpoint == "host":  # cheap units keep their input on the device; only offloaded units go to the host
-        plan = from_policies(profile.model, profile.batch, labels, segments=list(range(n)), checkpoint="host",
+    if reading == "host-checkpoint":  # a segment: the cheap units after a checkpoint and the next conv-like unit
+        starts = [i for i in range(n) if i == 0 or conv_like(profile.units[i - 1], profile.batch)]
+        plan = from_policies(profile.model, profile.batch, labels, segments=starts, checkpoint="host",
                              prefetch_depth=DEPTH)
-        blocks = tuple(replace(b, checkpoint="device") if cheap(profile.units[b.start]) else b for b in plan.blocks)
-        plan = replace(plan, blocks=blocks)
+        # in the cached suffix nothing is offloaded: its cheap segments keep their checkpoint on the device
+        plan = replace(plan, blocks=tuple(replace(b, checkpoint="device") if b.start >= n - cached else b
+                                          for b in plan.blocks))
     else:
         plan = from_policies(profile.model, profile.batch, labels, segments=list(range(n)), prefetch_depth=DEPTH)
     return named(plan, "superneurons", reading=reading, cached_units=cached)

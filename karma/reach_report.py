@@ -63,6 +63,9 @@ def markdown(table: pd.DataFrame, theirs: pd.DataFrame, hw: Hardware, limit_fact
         "* `time_s`: simulated seconds per iteration at the reach; `samples_per_s` = `reach_batch` / `time_s`;",
         "* `vs_incore`: `samples_per_s` over in-core training's at `incore_batch`, from the same simulation; "
         "`vs_incore_Nx`: the same at N x `incore_batch` (blank: beyond the strategy's reach).",
+        "* `granularity`: the units (models/chain.py). Layer units run the layer chain's lean layers "
+        "(models/lean_layers.py): its ReLUs save a 1-byte mask beside the output the next convolution saves, "
+        "so its own in-core batch, the `incore_batch` of its rows, is below the block chain's (PyTorch's layers).",
         "",
         "## Per model (simulated)",
         "",
