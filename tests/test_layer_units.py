@@ -83,6 +83,20 @@ class SerialLink(EmulatedLink):
         return future
 
 
+def serial_peak(name: str, batch: int, plan) -> float:
+    """The runtime's peak bytes of one step of the small preset's layer chain under `plan` (streamed
+    weights on the host), copies in program order (SerialLink)."""
+    from karma.runtime.streamed import HostWeights
+
+    run = build(name, "small", batch, seed=0, granularity="layer")
+    with SerialLink(1e15, 1e15) as link:
+        opt = HostWeights(run, plan, link=link)
+        try:
+            return train_step(run, plan, opt, run.make_batch(seed=0), Ledger(math.inf), link).peak_bytes
+        finally:
+            opt.close()
+
+
 @pytest.fixture(scope="module")
 def small_profiles():
     """Layer profiles of small models whose activations outweigh their weights (the tiny presets' do not)."""
@@ -206,7 +220,6 @@ def test_the_reach_cases_plans_peak_where_the_simulator_says(code, depth, above)
     """Measured peak of each plan within 5% of the prediction, and not more than `above` over it (the
     reach case plans to within 0.5% of its capacity: an under-prediction is an out of memory)."""
     from karma.plan import Block, Plan
-    from karma.runtime.streamed import HostWeights
 
     kinds = {"K": ("keep", "device"), "S": ("swap", "device"), "R": ("recompute", "host"),
              "r": ("recompute", "device")}
@@ -219,12 +232,6 @@ def test_the_reach_cases_plans_peak_where_the_simulator_says(code, depth, above)
     plan = Plan(model="resnet50", batch=64, units=len(profile.units), blocks=tuple(blocks), weights="streamed",
                 prefetch_depth=depth)
     predicted = simulate(profile, plan, fast, capacity=math.inf).peak_bytes
-    run = build("resnet50", "small", 64, seed=0, granularity="layer")
-    with SerialLink(1e15, 1e15) as link:
-        opt = HostWeights(run, plan, link=link)
-        try:
-            measured = train_step(run, plan, opt, run.make_batch(seed=0), Ledger(math.inf), link).peak_bytes
-        finally:
-            opt.close()
+    measured = serial_peak("resnet50", 64, plan)
     assert measured == pytest.approx(predicted, rel=0.05)
     assert measured <= predicted * (1 + above)

@@ -16,13 +16,10 @@ from karma.hardware import load
 from karma.plan import from_policies
 from karma.planner import plan as karma_plan
 from karma.profile_analytic import analytic_profile
-from karma.runtime.execute import train_step
-from karma.runtime.ledger import Ledger
-from karma.runtime.streamed import HostWeights
 from karma.simulate import simulate
 from models.lean_layers import conv_input_grad_last, relu_saving_mask
 from models.registry import build
-from tests.test_layer_units import SerialLink
+from tests.test_layer_units import serial_peak
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
@@ -75,13 +72,7 @@ def test_a_swapped_convolutions_input_goes_before_its_input_gradient_as_the_simu
     plan = from_policies("resnet50", 64, ["swap"] * n, weights="streamed", prefetch_depth=1, optimizer="host")
     predicted = simulate(profile, plan, fast, capacity=math.inf).peak_bytes
     assert predicted < 0.97 * simulate(fused, plan, fast, capacity=math.inf).peak_bytes
-    run = build("resnet50", "small", 64, seed=0, granularity="layer")
-    with SerialLink(1e15, 1e15) as link:
-        opt = HostWeights(run, plan, link=link)
-        try:
-            measured = train_step(run, plan, opt, run.make_batch(seed=0), Ledger(math.inf), link).peak_bytes
-        finally:
-            opt.close()
+    measured = serial_peak("resnet50", 64, plan)
     assert measured == pytest.approx(predicted, rel=0.01)
 
 
