@@ -17,14 +17,16 @@ read from the costs:
 * **cheap**: no weights at all (pooling, activation, normalisation alone), or a
   cost in memory traffic with few FLOPs per output element (below ``INTENSITY``;
   the analytic profile counts a batch norm's as 0) and weights far smaller than its
-  output (an embedding table is neither): a batch norm with its affine
-  weights, a unit of a layer chain, models/layer_units.py, which the reuse rule
+  output (an embedding table is neither). That is a batch norm with its affine
+  weights, a unit of a layer chain (models/layer_units.py), which the reuse rule
   alone takes for a convolution, since it applies its two weights per channel at
-  every position). No block unit of our paper models is cheap; layer units and
+  every position. No block unit of our paper models is cheap; layer units and
   random chains have them.
 
 Convolution-like units are not cheap: they do at least ``INTENSITY`` FLOPs per
-output element (the lightest convolution of the zoo, a 1x1 over 64 channels, 128).
+output element (the lightest convolution of the zoo, ResNet-50's first 1x1 over
+64 channels, does 128, or 64 counted over its layer unit's whole boundary, the
+skip included).
 """
 
 from __future__ import annotations

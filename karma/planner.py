@@ -139,8 +139,8 @@ def retiled(search: Search, coarse: Search, cuts: list[tuple[int, int]]) -> list
 
 def frugal_state(n: int, space: Space) -> State:
     """Every one of `n` units swapped on its own, copied back on demand, weights streamed where the
-    space has these: the plan of least device memory the space holds when no single layer's
-    backward can share the device (recompute keeps a checkpoint and makes tensors again)."""
+    space has these: a plan of little device memory when no single layer's backward can share the
+    device with another's (a recompute keeps a checkpoint and makes tensors again; not proven the least)."""
     kind = "S" if "S" in space.kinds else space.kinds[0]
     layout = "streamed" if "streamed" in space.layouts else space.layouts[-1]
     return tuple((i, i + 1, kind) for i in range(n)), min(space.depths), layout
