@@ -157,7 +157,7 @@ class SavedTensors:
     def prefetch(self, link: EmulatedLink, after: Future) -> None:
         """Copy the block back once its swap-out (`after`) is over. Its device storages are taken now,
         when the copy is issued (as a CUDA program allocates the destination before queueing the copy),
-        not when the link gets to it, so that no link faster than planned needs more memory; a copy
+        not when the link gets to it, so that no link faster than planned needs more memory for it; a copy
         issued before its swap-out ended takes them once it has (its device copy is gone then), never
         before the simulator does (karma/simulate.py)."""
         owner = (self, "back")
