@@ -72,6 +72,10 @@ SHORT_CHAIN = 6
 #: Re-tiled swap sets per search, at most, and the bound on their n^2 dynamic-program cost.
 RETILE_STARTS = 5
 RETILE_WORK = 5 * 128**2
+#: The exact recompute-only program runs over at most this many runs of units (its time grows with the
+#: square of the chain: 1.3 s at 512 units, over a minute at ResNet-1001's 3339 layer units, 2026-12-02);
+#: above every paper model's block chain (ResNet-1001: 335 units), so their plans are unchanged.
+EXACT_UNITS = 384
 #: At most this many plans in the coarse search.
 COARSE_PLANS = 20_000
 
@@ -100,28 +104,43 @@ def coarse_search(profile: Profile, hw: Hardware, capacity: float, space: Space,
 
 def exact_seeds(search: Search, profile: Profile, capacity: float, space: Space) -> list[State]:
     """Per weight layout, the recompute-only plan of least recompute time that fits (karma/recompute_dp.py),
-    its budget lowered by the simulated excess until it fits (`SEED_TRIES` tries)."""
+    its budget lowered by the simulated excess until it fits (`SEED_TRIES` tries). On a chain of more
+    than `EXACT_UNITS` units the program runs over that many runs of about equal compute (their merged
+    memory is conservative, karma/coarsen.py), its segments cut at run edges: exact for that chain, a
+    seed for the descent on this one."""
     if not {"K", "R"} <= set(space.kinds):
         return []
     units, out = profile.units, []
+    long_chain = len(units) > EXACT_UNITS
+    cuts = balanced_groups(profile, EXACT_UNITS) if long_chain else [(i, i + 1) for i in range(len(units))]
+    chain_profile = coarsen(profile, cuts) if long_chain else profile
     # host-optimizer's chain is streamed's with less memory: the descent reaches it by a layout move
     for layout in [w for w in space.layouts if w != "host-optimizer" or "streamed" not in space.layouts]:
         weights, optimizer = LAYOUTS[layout]
         static = sum(u.buffer_bytes for u in units)
         if weights != "streamed":
             static += sum(u.param_bytes + (u.optimizer_bytes if optimizer == "device" else 0) for u in units)
-        chain = Chain(profile, host_gradients=layout != "resident")
+        chain = Chain(chain_profile, host_gradients=layout != "resident")
         budget = capacity - static
         for _ in range(SEED_TRIES):
             blocks = solve(chain, budget)
             if blocks is None:
                 break
-            state = (tuple(blocks), space.first_depth, layout)
+            state = (unit_blocks(blocks, cuts), space.first_depth, layout)
             if search.cost(state) < INFEASIBLE:
                 out.append(state)
                 break
             budget -= max(search.peaks[state] - capacity, budget / BUCKETS)  # over for another reason: step down
     return out
+
+
+def unit_blocks(blocks: list[tuple[int, int, str]], cuts: list[tuple[int, int]]) -> tuple:
+    """Blocks over runs `cuts` as blocks over units: a kept run is one kept block per unit."""
+    out = []
+    for a, b, kind in blocks:
+        start, stop = cuts[a][0], cuts[b - 1][1]
+        out += [(i, i + 1, kind) for i in range(start, stop)] if kind == "K" else [(start, stop, kind)]
+    return tuple(out)
 
 
 def retiled(search: Search, coarse: Search, cuts: list[tuple[int, int]]) -> list[State]:

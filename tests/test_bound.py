@@ -59,3 +59,30 @@ def test_the_issue_counter_example():
     assert result.feasible and abs(result.time - 10.061) < 1e-3
     assert lower_bound(profile, hw, capacity) <= result.time
     _sound(profile, hw, capacity)
+
+
+def test_the_program_grows_linearly_with_the_chain():
+    """Sums over earlier or later units are running-sum variables (karma/bound.py _Program.running_sum),
+    so twice the units make twice the nonzeros, not four times (ResNet-1001's 3339 layer units took
+    8 GB and minutes with the sums written out)."""
+    from unittest import mock
+
+    from karma import bound
+
+    hw = load("v100-abci")
+    sizes = {}
+    real = bound._Program.matrix
+
+    def counted(self, scale):
+        m = real(self, scale)
+        sizes.setdefault(n, m.nnz)
+        return m
+
+    for n in (100, 200):
+        units = tuple(make_unit(f"u{i}", forward_time=1e-3, backward_time=2e-3, saved_bytes=1e8, input_bytes=1e7,
+                                output_bytes=1e7, param_bytes=1e6, optimizer_bytes=1e6) for i in range(n))
+        profile = Profile(model="chain", size="tiny", batch=1, source="analytic", device=hw.name, optimizer="sgd",
+                          units=units)
+        with mock.patch.object(bound._Program, "matrix", counted):
+            lower_bound(profile, hw, 5e9, time_limit=0)
+    assert sizes[200] < 2.2 * sizes[100]

@@ -227,6 +227,29 @@ def test_exact_recompute_seeds_tile_the_chain_and_fit(case):
         assert search.cost(state) < INFEASIBLE
 
 
+
+@SETTINGS
+@given(chains(min_units=4, max_units=8))
+def test_exact_seeds_over_runs_of_a_long_chain_tile_it_and_fit(case):
+    """A chain longer than EXACT_UNITS is solved over that many runs (karma/planner.py exact_seeds): its
+    seeds still tile every unit, a kept run one block per unit, and those kept fit."""
+    from unittest import mock
+
+    from karma import planner
+    from karma.plan_search import INFEASIBLE, Search
+    from karma.plan_space import Space
+
+    profile, hw, capacity = case
+    n = len(profile.units)
+    search = Search(profile, hw, capacity, Space())
+    with mock.patch.object(planner, "EXACT_UNITS", 3):
+        seeds = planner.exact_seeds(search, profile, capacity, Space())
+    for state in seeds:
+        blocks = state[0]
+        assert [a for a, _, _ in blocks] == [0] + [b for _, b, _ in blocks[:-1]] and blocks[-1][1] == n
+        assert all(b - a == 1 for a, b, kind in blocks if kind == "K")
+        assert search.cost(state) < INFEASIBLE
+
 @SETTINGS
 @given(chains(min_units=2, max_units=8))
 def test_same_inputs_give_the_same_plan(case):

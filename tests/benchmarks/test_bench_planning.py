@@ -4,6 +4,8 @@
 
 Targets from issue 12: KARMA's planner under 5 s on each paper model (ResNet-1001,
 335 units, included); the whole six-model strategy table under 60 s (this machine).
+Issue 16: ResNet-1001 at layer granularity (3339 units) planned in seconds, and its lower bound
+(30 and 48 CPU s on 2026-12-02; 253 s and an unfinished bound of 8 GB before).
 Each planning benchmark records the plan's simulated time in `extra_info`, next to
 the time of a long search (ten times the budget, not coarsened) when
 `KARMA_BENCH_LONG=1`, so that the gap is reported where the time is.
@@ -14,6 +16,7 @@ import os
 
 import pytest
 
+from karma.bound import lower_bound
 from karma.hardware import load
 from karma.plan import from_policies
 from karma.planner import plan
@@ -59,3 +62,15 @@ def test_six_model_table(benchmark):
         return [compare(p, V100, STRATEGIES)[0] for p in profiles]
 
     benchmark.pedantic(table, rounds=1, iterations=1)
+
+
+def test_planner_and_bound_resnet1001_layer_units(benchmark):
+    profile = analytic_profile(build("resnet1001", "paper", device="meta", granularity="layer"), V100)
+
+    def planned():
+        return plan(profile, V100, V100.device_memory), lower_bound(profile, V100)
+
+    result, bound = benchmark.pedantic(planned, rounds=1, iterations=1)
+    benchmark.extra_info["plan_s"] = simulate(profile, result, V100, record=False).time
+    benchmark.extra_info["bound_s"] = bound
+    assert result.units == len(profile.units) == 3339
