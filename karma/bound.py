@@ -221,7 +221,7 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
     TF, A, TAU = 2 * n + 2, 3 * n + 2, 4 * n + 2
     p = _Program(5 * n + 2)
     le = p.le
-    # running sums (karma/bound.py _Program.running_sum): V[i] over units < i, or >= i (reverse)
+    # running sums (_Program.running_sum): V[i] over units < i, or >= i (reverse)
     kept_lo = p.running_sum([[(X + j, 1), (Y + j, 1)] for j in range(n)], below=True)  # swapped or recomputed
     recomputed_lo = p.running_sum([[(Y + j, 1)] for j in range(n)], below=True)
     swapped_lo = p.running_sum([[(X + j, 1)] for j in range(n)], below=True)

@@ -135,7 +135,9 @@ def exact_seeds(search: Search, profile: Profile, capacity: float, space: Space)
 
 
 def unit_blocks(blocks: list[tuple[int, int, str]], cuts: list[tuple[int, int]]) -> tuple:
-    """Blocks over runs `cuts` as blocks over units: a kept run is one kept block per unit."""
+    """Blocks over runs `cuts` as blocks over units: a kept run is one kept block per unit, as
+    karma/recompute_dp.py gives them on a unit chain (karma.plan_space.refine_state would keep the run
+    one block)."""
     out = []
     for a, b, kind in blocks:
         start, stop = cuts[a][0], cuts[b - 1][1]
