@@ -12,10 +12,14 @@ weight layouts), coarse to fine:
 2. Seed with the plan families KARMA's concurrency analysis suggests
    (`plan_space.seeds`) under every weight layout, descend from the best
    few (karma/plan_search.py: steepest descent with repair moves), then
-   simulated annealing from the best until `budget` plans have been
-   simulated (a walk crosses the ridges between plan families, e.g. another
-   prefetch depth that makes other blocks fit, which kicked descents rarely
-   did: Megatron-1.2B 1.89-1.91 s with iterated local search, 1.87-1.89 s).
+   `WALKS` walks of simulated annealing from the best, each its own seed and
+   its share of the `budget` plans simulated (a walk crosses the ridges between
+   plan families, e.g. another prefetch depth that makes other blocks fit, which
+   kicked descents rarely did: Megatron-1.2B 1.89-1.91 s with iterated local
+   search, 1.87-1.89 s). Several shorter walks beat one long one: a long walk
+   settles in one family (WRN-28-10 at depth 4, 4.391 s, for seeds 0 and 1),
+   of three walks one usually finds another (depth 2, 4.327 s: 5 of 6 seeds,
+   `python -m karma.planner_gap`, 2026-12-02).
 3. Refine: halve the groups (the coarse cuts stay cuts), descend again with
    moves bounded to the neighbourhood of the block edges, until one group is
    one unit. The merged chain's memory is conservative, so the fine levels
@@ -78,6 +82,8 @@ RETILE_WORK = 5 * 128**2
 EXACT_UNITS = 384
 #: At most this many plans in the coarse search.
 COARSE_PLANS = 20_000
+#: The coarse search's annealing walks, sharing its budget.
+WALKS = 3
 
 
 def coarse_search(profile: Profile, hw: Hardware, capacity: float, space: Space, budget: int,
@@ -99,7 +105,12 @@ def coarse_search(profile: Profile, hw: Hardware, capacity: float, space: Space,
             best = found
         if len(tried) >= starts:
             break
-    return search.anneal(best, budget, seed), search
+    start, found = len(search.cache), best
+    for walk in range(WALKS):  # several shorter walks from the best descent, each its own seed
+        state = search.anneal(best, start + (budget - start) * (walk + 1) // WALKS, seed * WALKS + walk)
+        if search.cost(state) < search.cost(found):
+            found = state
+    return found, search
 
 
 def exact_seeds(search: Search, profile: Profile, capacity: float, space: Space) -> list[State]:
