@@ -34,10 +34,11 @@ from karma.profile import Profile
 from karma.simulate import simulate
 
 INFEASIBLE = 1e9
-#: Annealing temperatures, as a fraction of the current time: at the start and at the end. A hot start
-#: crosses the 1-2% ridges between plan families (0.01 kept WRN-28-10 and Megatron-1.2B's walks in one:
-#: 1.5% and 0.8-1.9% slower than a long search; 0.03 with three walks: 0-1.5% and 0.6-0.7%, 2026-12-02).
-HOT = 0.03
+#: Annealing temperatures, as a fraction of the current time: at the start and at the end. A hotter start
+#: crosses the 1-2% ridges between plan families (0.01, one walk, kept WRN-28-10 and Megatron-1.2B in one:
+#: 1.5% and 0.8-1.9% slower than a long search; 0.02 with three walks, karma/planner.py: 0-1.5% and
+#: 0.5-0.6% slower than the fastest plans found, `python -m karma.planner_gap`, 2026-12-02).
+HOT = 0.02
 COLD = 0.0002
 #: Share of the annealing moves that change the blocks, the depth and the layout at once.
 JUMP = 0.1
