@@ -79,7 +79,7 @@ def make_profile(model: str, size: str, batch: int | None, source: str, hardware
     analytic profile in mixed precision follows `policy`'s autocast lists (karma.precision.MetaAutocast:
     CUDA's by default, 'megatron' for Megatron-LM's half layer). `model` is a zoo name or a model spec
     (models/specs.py: torchvision:NAME, hf:..., package.module:function) with its `options`; a zoo model
-    at `granularity` 'block' or 'layer' (models/layer_units.py)."""
+    at `granularity` 'block', 'layer' (models/layer_units.py) or 'auto' (karma/granularity.py)."""
     from karma.hardware import load
     from models.registry import build, spec
     from models.specs import is_spec
@@ -89,12 +89,22 @@ def make_profile(model: str, size: str, batch: int | None, source: str, hardware
     elif granularity != "block":
         raise KarmaError("--granularity applies to zoo models; a model spec is cut by models/auto_chain.py "
                          "(its `units` option sets how finely)")
+    if granularity == "auto" and source != "analytic":
+        raise KarmaError("--granularity auto cuts the blocks that do not fit --hardware's memory: it needs "
+                         "--source analytic (profile at block or layer granularity to measure)")
     if source == "analytic":
         hw = load(hardware)
         from karma.profile_analytic import analytic_profile
 
-        return analytic_profile(build(model, size, batch, device="meta", precision=precision, overrides=options,
-                                      granularity=granularity), hw, progress, policy)
+        def profiled(granularity: str, split: frozenset[str] = frozenset()):
+            return analytic_profile(build(model, size, batch, device="meta", precision=precision, overrides=options,
+                                          granularity=granularity, split=split), hw, progress, policy)
+
+        if granularity != "auto":
+            return profiled(granularity)
+        from karma.granularity import auto_profile
+
+        return auto_profile(lambda split: profiled("block", split), hw)
     import torch
 
     choose("device for a measured profile", hardware, ["cpu", "cuda"])
@@ -122,6 +132,10 @@ def cmd_profile(args) -> None:
     print(f"{profile.model} {profile.size} batch {profile.batch}: {len(profile.units)} units, "
           f"fwd {profile.forward_time() * 1e3:.1f} ms + bwd {profile.backward_time() * 1e3:.1f} ms, "
           f"in-core peak {profile.in_core_peak_bytes() / 1e9:.2f} GB, {profile.dtype} [{profile.label}] -> {out}")
+    if args.granularity == "auto":
+        from karma.granularity import AUTO_NOTE
+
+        print(f"  {profile.note[profile.note.index(AUTO_NOTE):]}")
 
 
 def _capacity(args, hw) -> float:
@@ -281,9 +295,11 @@ def parser() -> argparse.ArgumentParser:
     prof.add_argument("--reps", type=positive_int, default=5, help="timed repetitions (measured)")
     prof.add_argument("--threads", type=positive_int, help="torch threads (measured)")
     prof.add_argument("--precision", choices=PRECISIONS, default="fp32", help=PRECISION_HELP)
-    prof.add_argument("--granularity", choices=GRANULARITIES, default="block",
-                      help="units: a residual block or transformer layer each (block, the paper's tables), or one "
-                      "layer each, the skip carried across their boundaries (layer: reach beyond one block)")
+    prof.add_argument("--granularity", choices=(*GRANULARITIES, "auto"), default="block",
+                      help="units: a residual block or transformer layer each (block, the paper's tables), one "
+                      "layer each, the skip carried across their boundaries (layer: reach beyond one block), or "
+                      "blocks cut into layers only where a block's backward alone exceeds --hardware's memory "
+                      "(auto, analytic profiles: karma/granularity.py)")
     prof.add_argument("--out", help="JSON output path")
     prof.add_argument("--csv", help="also write the per-unit table as CSV")
     prof.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")

@@ -278,9 +278,13 @@ class Profile:
         """Device memory no plan of this chain can go below: the largest unit's backward alone (its saved
         tensors, its backward transient, its weights and their gradients) with every buffer. At block
         granularity that unit is a whole residual block: below this, only finer units train (issue 16)."""
+        return max(self.unit_floors())
+
+    def unit_floors(self) -> list[int]:
+        """Per unit, its backward alone with every buffer (`unit_floor_bytes` is the largest)."""
         buffers = sum(u.buffer_bytes for u in self.units)
-        return buffers + max(u.saved_bytes + backward_transient(self.units, i) + 2 * u.param_bytes
-                             for i, u in enumerate(self.units))
+        return [buffers + u.saved_bytes + backward_transient(self.units, i) + 2 * u.param_bytes
+                for i, u in enumerate(self.units)]
 
     def has_boundary_storages(self) -> bool:
         """Whether boundaries carry several tensors, followed by storage id (layer granularity)."""

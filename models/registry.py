@@ -75,33 +75,66 @@ def units_of(s: ModelSpec, granularity: str):
     return s.layer_units
 
 
-def chain_of(model: str, size: str, original: nn.Module, batch: int | None = None,
-             precision: str = "fp32", granularity: str = "block") -> ChainModel:
+def in_block(layer: str, block: str) -> bool:
+    """Whether a layer unit's name is of the block unit `block` (layer units are named block_layer)."""
+    return layer == block or layer.startswith(block + "_")
+
+
+def mixed_units(s: ModelSpec, split: frozenset[str]):
+    """The spec's block units with those named in `split` cut into their layer units: a chain coarse
+    where a block fits and fine where it does not (issue 16, `karma profile --granularity auto`). Both
+    splitters wrap the same modules, and a boundary between blocks is one tensor, so the chain computes
+    the original model (tests/test_layer_units.py)."""
+    layer_units = units_of(s, "layer")
+
+    def units(original: nn.Module) -> list[tuple[str, nn.Module]]:
+        layers, blocks, out, j = layer_units(original), s.units(original), [], 0
+        unknown = split - {name for name, _ in blocks}
+        if unknown:
+            raise KarmaError(f"{s.name} has no block units named {sorted(unknown)}")
+        for name, block in blocks:
+            start = j
+            while j < len(layers) and in_block(layers[j][0], name):
+                j += 1
+            out += layers[start:j] if name in split else [(name, block)]
+        if j != len(layers):
+            raise KarmaError(f"{s.name}: layer unit {layers[j][0]} belongs to no block unit")
+        return out
+
+    return units
+
+
+def chain_of(model: str, size: str, original: nn.Module, batch: int | None = None, precision: str = "fp32",
+             granularity: str = "block", split: frozenset[str] = frozenset()) -> ChainModel:
     """Split an already-built original module into a ChainModel sharing its parameters; in mixed
-    precision its weights become 16-bit (karma.precision.to_precision, in place)."""
+    precision its weights become 16-bit (karma.precision.to_precision, in place). `split`: block units
+    cut into their layers in a block chain (`mixed_units`)."""
     s = _check(model, size, batch)
-    split = units_of(s, granularity)
+    if split and granularity != "block":
+        raise KarmaError("split names block units to cut into layers: it needs granularity 'block'")
+    splitter = mixed_units(s, frozenset(split)) if split else units_of(s, granularity)
     to_precision(original, precision)
     return ChainModel(
         name=model,
         size=size,
         batch=s.batch[size] if batch is None else batch,
-        units=sequential(split(original)),
+        units=sequential(splitter(original)),
         make_batch_fn=s.make_batch,
         loss=s.loss,
         optimizer=s.optimizer,
         config=dict(s.sizes[size]),
         precision=precision,
-        granularity=granularity,
+        granularity="mixed" if split else granularity,
     )
 
 
 def build(model: str, size: str = "paper", batch: int | None = None,
           device: str | torch.device = "cpu", seed: int = 0, overrides: dict | None = None,
-          precision: str = "fp32", granularity: str = "block") -> ChainModel:
+          precision: str = "fp32", granularity: str = "block", split: frozenset[str] = frozenset()) -> ChainModel:
     """Build `model` at `size` as a chain; `batch` defaults to the preset's batch; `precision`
     'fp32', 'fp16' or 'bf16' (mixed precision, karma/precision.py); `granularity` 'block' or
-    'layer' (models.chain.GRANULARITIES). A model spec (`torchvision:NAME`,
+    'layer' (models.chain.GRANULARITIES), `split` the block units cut into layers in a block chain
+    (`mixed_units`). A model spec (`torchvision:NAME`,
     `hf:MODEL_TYPE`, `package.module:function`, models/specs.py) is built and cut into a chain
     automatically, `size` ignored, `overrides` its options (set, seq, input, units)."""
     from models.specs import is_spec
@@ -113,4 +146,4 @@ def build(model: str, size: str = "paper", batch: int | None = None,
     units_of(_check(model, size, batch), granularity)
     check_precision(precision)
     return chain_of(model, size, build_original(model, size, device, seed, overrides), batch, precision,
-                    granularity)
+                    granularity, split)

@@ -34,8 +34,9 @@ def model_and_plan(draw):
     return name, plan
 
 
-def train_both(name, plan, steps=3, capacity=math.inf, host_updates=False, physical=False, granularity="block"):
-    ref, run = (build(name, "tiny", seed=5, granularity=granularity) for _ in range(2))
+def train_both(name, plan, steps=3, capacity=math.inf, host_updates=False, physical=False, granularity="block",
+               split=frozenset()):
+    ref, run = (build(name, "tiny", seed=5, granularity=granularity, split=split) for _ in range(2))
     opt_ref = make_optimizer(ref)
     reports = []
     with EmulatedLink(2e9, 2e9) as link:
