@@ -75,12 +75,6 @@ PEAK_TARGET = 0.05  # of a runtime peak above its prediction (the runtime must n
 PEAK_BELOW_TARGET = 0.10
 DP_RATIO_TARGET = 0.15  # of the data-parallel naive / pipelined ratio (distributed_validation table)
 TP_RATIO_TARGET = 0.15  # of the tensor-parallel tp / dp ratio (large_nlp table; reported only)
-#: The runtime's reach case (workflow/scripts/validate_reach.py, model `<model>-layer`): plans within a few
-#: percent of a capacity below one residual block's backward, where a copy racing the compute moves the peak.
-#: Its rows are reported, not enforced, until CI has run it clean (its memory agreement is enforced by the
-#: property tests of tests/test_layer_units.py; a pipeline run of 2026-12-01: peak 0.998 of the prediction).
-REACH_CASE = "-layer"
-REACH_NOTE = "the reach case (issue 16): reported until CI has run it clean"
 FAILING = ("REGRESSION", "MISSING", "FAILED")
 COLUMNS = ["metric", "kind", "value", "min", "max", "target", "predicted", "note"]
 
@@ -103,7 +97,6 @@ def _runtime_rows(runtime: pd.DataFrame) -> list[tuple]:
     nan = float("nan")
     rows = []
     for model, table in runtime.groupby("model", sort=False):
-        start = len(rows)
         karma = table[table.strategy == "karma"]
         karma_status = str(karma.status.iloc[0]) if len(karma) else "absent from the measured table"
         karma_ok = karma_status == "ok" and len(karma) and not math.isnan(_get(next(karma.itertuples()), "measured_s"))
@@ -138,15 +131,7 @@ def _runtime_rows(runtime: pd.DataFrame) -> list[tuple]:
                      *((_get(first, c) for c in ("repeat_scale", "repeat_scale_min", "repeat_scale_max"))
                        if first is not None else (nan, nan, nan)), STEP_SCALE_TARGET, nan,
                      "median over the strategies of measured / predicted, per repeat"))
-        if str(model).endswith(REACH_CASE):
-            rows[start:] = [_reported(row, REACH_NOTE) for row in rows[start:]]
     return rows
-
-
-def _reported(row: tuple, why: str) -> tuple:
-    """`row` as a reported one: its number printed, not enforced."""
-    metric, _, value, lo, hi, target, predicted, note = row
-    return metric, "reported", value, lo, hi, target, predicted, "; ".join(w for w in (why, note) if w)
 
 
 def collect(results: str | Path) -> pd.DataFrame:
