@@ -75,30 +75,42 @@ def units_of(s: ModelSpec, granularity: str):
     return s.layer_units
 
 
-def in_block(layer: str, block: str) -> bool:
-    """Whether a layer unit's name is of the block unit `block` (layer units are named block_layer)."""
-    return layer == block or layer.startswith(block + "_")
+def block_of_layers(blocks: list[tuple[str, nn.Module]], layers: list[tuple[str, nn.Module]]) -> list[int]:
+    """Per layer unit, the index of the block unit it is a part of: the last block holding one of its
+    modules (a head that reads a tied embedding is the head's), a layer without modules (a join) the
+    previous layer's. The splitters wrap the original model's modules, so this needs no naming rule."""
+    where = {}
+    for k, (_, block) in enumerate(blocks):
+        for m in block.modules():
+            where.setdefault(id(m), k)
+    owners, last = [], 0
+    for name, layer in layers:
+        held = [where[id(m)] for m in layer.modules() if id(m) in where]
+        k = max(held, default=last)
+        if k < last:
+            raise KarmaError(f"layer unit {name} is of block unit {blocks[k][0]}, before the previous layer's")
+        owners.append(k)
+        last = k
+    return owners
 
 
 def mixed_units(s: ModelSpec, split: frozenset[str]):
     """The spec's block units with those named in `split` cut into their layer units: a chain coarse
     where a block fits and fine where it does not (issue 16, `karma profile --granularity auto`). Both
     splitters wrap the same modules, and a boundary between blocks is one tensor, so the chain computes
-    the original model (tests/test_layer_units.py)."""
+    the original model (tests/test_granularity.py)."""
     layer_units = units_of(s, "layer")
 
     def units(original: nn.Module) -> list[tuple[str, nn.Module]]:
-        layers, blocks, out, j = layer_units(original), s.units(original), [], 0
+        layers, blocks = layer_units(original), s.units(original)
         unknown = split - {name for name, _ in blocks}
         if unknown:
             raise KarmaError(f"{s.name} has no block units named {sorted(unknown)}")
-        for name, block in blocks:
-            start = j
-            while j < len(layers) and in_block(layers[j][0], name):
-                j += 1
-            out += layers[start:j] if name in split else [(name, block)]
-        if j != len(layers):
-            raise KarmaError(f"{s.name}: layer unit {layers[j][0]} belongs to no block unit")
+        owners = block_of_layers(blocks, layers)
+        out = []
+        for k, (name, block) in enumerate(blocks):
+            out += [layer for layer, owner in zip(layers, owners, strict=True) if owner == k] if name in split \
+                else [(name, block)]
         return out
 
     return units

@@ -18,13 +18,16 @@ HW = load("v100-abci")
 
 
 @pytest.mark.parametrize("name, split", [("resnet50", {"stem", "layer2_0"}), ("resnet1001", {"stage1_0"}),
-                                         ("megatron-1.2b", {"layer1"}), ("wrn28-10", {"head"})])
+                                         ("megatron-1.2b", {"layer1"}), ("wrn28-10", {"head"}),
+                                         ("vgg16", {"conv2", "fc1"})])
 def test_a_mixed_chain_computes_the_original_model(name, split):
     original = build_original(name, "tiny")
     block = chain_of(name, "tiny", copy.deepcopy(original))
     mixed = chain_of(name, "tiny", copy.deepcopy(original), split=frozenset(split))
     layers = len(chain_of(name, "tiny", copy.deepcopy(original), granularity="layer"))
     assert len(block) < len(mixed) < layers or split == {"head"}
+    # every layer of a cut block, in order, and the other blocks whole (no naming rule: VGG's layers are features_i)
+    assert [n for n in mixed.unit_names if n in block.unit_names] == [n for n in block.unit_names if n not in split]
     assert mixed.granularity == "mixed"
     assert mixed.parameter_count() == sum(p.numel() for p in original.parameters())
     x, _ = mixed.make_batch()
