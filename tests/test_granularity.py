@@ -13,6 +13,7 @@ from karma.hardware import load
 from karma.plan import from_policies
 from models import build
 from models.registry import build_original, chain_of
+from tests.test_layer_units import assert_computes_the_original
 
 HW = load("v100-abci")
 
@@ -29,12 +30,7 @@ def test_a_mixed_chain_computes_the_original_model(name, split):
     # every layer of a cut block, in order, and the other blocks whole (no naming rule: VGG's layers are features_i)
     assert [n for n in mixed.unit_names if n in block.unit_names] == [n for n in block.unit_names if n not in split]
     assert mixed.granularity == "mixed"
-    assert mixed.parameter_count() == sum(p.numel() for p in original.parameters())
-    x, _ = mixed.make_batch()
-    torch.manual_seed(1)
-    expected = block.units(x)
-    torch.manual_seed(1)
-    assert torch.equal(mixed.units(x), expected)
+    assert_computes_the_original(original, block, mixed)
 
 
 @pytest.mark.parametrize("labels", [["swap"] * 3 + ["recompute"] * 6 + ["keep"] * 99,

@@ -34,12 +34,17 @@ def test_the_layer_chain_computes_the_original_model(name):
     original = build_original(name, "tiny")
     block, layer = (chain_of(name, "tiny", copy.deepcopy(original), granularity=g) for g in ("block", "layer"))
     assert len(layer) > len(block)
-    assert layer.parameter_count() == sum(p.numel() for p in original.parameters())
-    x, _ = layer.make_batch()
+    assert_computes_the_original(original, block, layer)
+
+
+def assert_computes_the_original(original, block, chain):
+    """`chain` holds every weight of `original` once and computes what its block chain does (same dropout)."""
+    assert chain.parameter_count() == sum(p.numel() for p in original.parameters())
+    x, _ = chain.make_batch()
     torch.manual_seed(1)
     expected = block.units(x)
     torch.manual_seed(1)
-    assert torch.equal(layer.units(x), expected)
+    assert torch.equal(chain.units(x), expected)
 
 
 def test_a_bottleneck_splits_into_layers_with_the_skip_riding_along():
