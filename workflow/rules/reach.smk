@@ -9,6 +9,7 @@ rule reach:
     output:
         csv="results/tables/reach.csv",
         md="results/tables/reach.md",
+        granularity_csv="results/tables/reach_granularity.csv",
         figure="results/figures/reach.png",
     log:
         "logs/reach.log",

@@ -4,12 +4,16 @@ the published reach of other systems; table (CSV + Markdown) and figure."""
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
 from karma.hardware import load  # noqa: E402
 from karma.reach import reach_table  # noqa: E402
 from karma.reach_figure import reach_figure  # noqa: E402
+from karma.reach_granularity import granularity_rows, incore_throughput  # noqa: E402
+from karma.reach_granularity import markdown as granularity_markdown  # noqa: E402
 from karma.reach_report import markdown, published  # noqa: E402
 
 sm = snakemake  # noqa: F821
@@ -23,6 +27,15 @@ with logged(sm):
     theirs = published()
     table.to_csv(sm.output.csv, index=False)
     text = markdown(table, theirs, hw, cfg["limit_factor"], cfg["karma_work"])
+    case = cfg.get("granularity_case")
+    if case:
+        rows = granularity_rows(case["model"], case["batch"], hw, incore_throughput(table, case["model"]),
+                                precision=sm.params.precision)
+        text += "\n" + granularity_markdown(rows, hw)
+    else:
+        rows = pd.DataFrame(columns=["model", "batch", "granularity", "units", "time_s", "peak_GB",
+                                     "samples_per_s", "vs_incore", "note"])
+    rows.to_csv(sm.output.granularity_csv, index=False)
     Path(sm.output.md).write_text(text)
     reach_figure(table, theirs, hw.name, Path(sm.output.figure))
     print(text)
