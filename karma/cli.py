@@ -133,9 +133,9 @@ def cmd_profile(args) -> None:
           f"fwd {profile.forward_time() * 1e3:.1f} ms + bwd {profile.backward_time() * 1e3:.1f} ms, "
           f"in-core peak {profile.in_core_peak_bytes() / 1e9:.2f} GB, {profile.dtype} [{profile.label}] -> {out}")
     if args.granularity == "auto":
-        from karma.granularity import AUTO_NOTE
+        from karma.granularity import auto_note
 
-        print(f"  {profile.note[profile.note.index(AUTO_NOTE):]}")
+        print(f"  {auto_note(profile)}")
 
 
 def _capacity(args, hw) -> float:

@@ -25,6 +25,11 @@ from karma.profile import Profile
 AUTO_NOTE = "auto granularity: "
 
 
+def auto_note(profile: Profile) -> str:
+    """What `auto_profile` chose, from the profile's note ('' for a profile it did not make)."""
+    return profile.note[profile.note.index(AUTO_NOTE):] if AUTO_NOTE in profile.note else ""
+
+
 def blocks_to_split(profile: Profile, capacity: float) -> frozenset[str]:
     """Names of the block units of `profile` whose backward alone exceeds `capacity` bytes."""
     return frozenset(u.name for u, floor in zip(profile.units, profile.unit_floors(), strict=True)

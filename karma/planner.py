@@ -18,8 +18,8 @@ weight layouts), coarse to fine:
    kicked descents rarely did: Megatron-1.2B 1.89-1.91 s with iterated local
    search, 1.87-1.89 s). Several shorter walks beat one long one: a long walk
    settles in one family (WRN-28-10 at depth 4, 4.391 s, for seeds 0 and 1),
-   of three walks one usually finds another (depth 2, 4.327 s: 5 of 6 seeds,
-   `python -m karma.planner_gap`, 2026-12-02).
+   of three walks one often finds another (depth 2, 4.327 s: seeds 0 and 1 of
+   0-2; simulated on v100-abci, `python -m karma.planner_gap`, 2026-12-02).
 3. Refine: halve the groups (the coarse cuts stay cuts), descend again with
    moves bounded to the neighbourhood of the block edges, until one group is
    one unit. The merged chain's memory is conservative, so the fine levels

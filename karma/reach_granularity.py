@@ -17,6 +17,7 @@ from karma.planner import plan
 from karma.simulate import simulate
 
 GRANULARITIES = ("block", "layer", "auto")
+COLUMNS = ["model", "batch", "granularity", "units", "time_s", "peak_GB", "samples_per_s", "vs_incore", "note"]
 
 
 def granularity_rows(model: str, batch: int, hw: Hardware, incore_samples_per_s: float,
@@ -24,7 +25,7 @@ def granularity_rows(model: str, batch: int, hw: Hardware, incore_samples_per_s:
     """Per granularity: units, KARMA's simulated s/iteration and peak, samples/s and their ratio to
     `incore_samples_per_s` (in-core training at its largest batch, from the reach table)."""
     from karma.cli import make_profile
-    from karma.granularity import AUTO_NOTE
+    from karma.granularity import auto_note
 
     rows = []
     for granularity in GRANULARITIES:
@@ -32,7 +33,7 @@ def granularity_rows(model: str, batch: int, hw: Hardware, incore_samples_per_s:
                                granularity=granularity)
         row = {"model": model, "batch": batch, "granularity": granularity, "units": len(profile.units),
                "time_s": math.nan, "peak_GB": math.nan, "samples_per_s": math.nan, "vs_incore": math.nan,
-               "note": profile.note[profile.note.index(AUTO_NOTE):] if AUTO_NOTE in profile.note else ""}
+               "note": auto_note(profile)}
         try:
             result = simulate(profile, plan(profile, hw, hw.device_memory), hw, hw.device_memory, record=False)
         except KarmaError as err:
@@ -43,7 +44,7 @@ def granularity_rows(model: str, batch: int, hw: Hardware, incore_samples_per_s:
         log(f"{model} batch {batch} ({granularity}, {row['units']} units): {row['time_s']:.3f} s/iteration "
             f"{row['note']}")
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def incore_throughput(table: pd.DataFrame, model: str) -> float:

@@ -12,7 +12,7 @@ from _log import logged  # noqa: E402
 from karma.hardware import load  # noqa: E402
 from karma.reach import reach_table  # noqa: E402
 from karma.reach_figure import reach_figure  # noqa: E402
-from karma.reach_granularity import granularity_rows, incore_throughput  # noqa: E402
+from karma.reach_granularity import COLUMNS, granularity_rows, incore_throughput  # noqa: E402
 from karma.reach_granularity import markdown as granularity_markdown  # noqa: E402
 from karma.reach_report import markdown, published  # noqa: E402
 
@@ -33,8 +33,7 @@ with logged(sm):
                                 precision=sm.params.precision)
         text += "\n" + granularity_markdown(rows, hw)
     else:
-        rows = pd.DataFrame(columns=["model", "batch", "granularity", "units", "time_s", "peak_GB",
-                                     "samples_per_s", "vs_incore", "note"])
+        rows = pd.DataFrame(columns=COLUMNS)
     rows.to_csv(sm.output.granularity_csv, index=False)
     Path(sm.output.md).write_text(text)
     reach_figure(table, theirs, hw.name, Path(sm.output.figure))
