@@ -22,18 +22,23 @@ timeline (allocated at the start of an op, freed at the end, karma/schedule.py):
   input gradient is allocated (a kept one stays to its backward's end: autograd holds it);
 * during a recompute, what the recompute makes again until the last unit of the block
   reading it has run again. A block's last output nobody saves is not made again when its
-  unit saves only inputs (a convolution, a linear layer) or nothing (a join):
-  torch.utils.checkpoint stops once the last saved tensor is packed, and autograd packs an
-  op's inputs before its kernel runs. A unit that saves an output too (a batch norm's
+  unit packs its last saved tensor before its last kernel (a built-in convolution or linear
+  layer, whose inputs autograd packs before the kernel) or saves nothing (a join):
+  torch.utils.checkpoint stops once the last saved tensor is packed
+  (`UnitProfile.recompute_remakes_output`). A unit that saves an output too (a batch norm's
   statistics) makes it before the stop (ResNet-50's projection batch norm at the end of a
-  recompute block: 16.8 MB the simulator had left out, tests/test_layer_units.py);
+  recompute block: 16.8 MB the simulator had left out), and so does a custom autograd Function,
+  which packs once its forward has returned (the layer chain's convolution, models/lean_layers.py:
+  4.2 MB, ResNet-50 small b64's layer3 expansion, tests/test_layer_units.py);
 * a recomputed block's checkpoint (its input's storages): from the block's forward to the end
   of the backward of its first unit that saves anything; a block that saves nothing (a join
   alone) keeps none on the device (torch.utils.checkpoint holds its inputs only through what
   the block saved). A checkpoint on the host is copied out whatever the block saves (the
   runtime's store packs the checkpoint's inputs), held until its copy ends; its copy back, a
-  storage of its own, from the prefetch through the recompute that reads it, then as long as
-  a unit of the block saves it (the block's own end if nothing is saved: never unpacked).
+  storage of its own, from the prefetch to the end of the block's recompute (not only of the
+  unit reading it: the recompute's arguments, detached aliases of that storage, live until it
+  returns; ResNet-50's layer chain ran 8.4 MB, 10%, over the prediction at a 21-unit block), then
+  as long as a unit of the block saves it (the block's own end if nothing is saved: never unpacked).
 
 The union of a storage's intervals is what it costs. The timeline does not depend on memory,
 so the intervals are collected after the simulation and added to the schedule before its
@@ -167,16 +172,17 @@ def _recomputed(holds: _Holds, k: int, plan: Plan, units, inputs: list[set], out
     for sid in inputs[b.start]:
         if b.checkpoint == "host":
             holds.add(sid, t.block_start[k], ckpt_out_end[k], k)
-            # its copy back: read by the recompute (then held only by units saving it, above); never
+            # its copy back: held through the whole recompute, whose arguments (detached aliases of its
+            # storage) live until the recompute returns, then only by units saving it (above); never
             # unpacked when the block saves nothing, held until the block's backward is over
-            last = t.recompute[min(reader.get(sid, b.start), b.stop - 1)][1] if savers else end
+            last = t.recompute[b.stop - 1][1] if savers else end
             holds.add(("ckpt", sid, k), t.prefetch_start[k], last, k)
         elif savers:
             holds.add(sid, t.block_start[k], end, k)
     inside = {sid for i in b.units for sid in units[i].boundary_saved}
     for i in b.units:
         for sid in outputs[i] - inputs[i]:
-            if i == b.stop - 1 and sid not in inside and units[i].saved_bytes <= units[i].saved_input_bytes:
+            if i == b.stop - 1 and sid not in inside and not units[i].recompute_remakes_output:
                 continue  # not made again (the recompute stops after the last saved tensor; see the docstring)
             last = min(reader.get(sid, i), b.stop - 1)
             holds.add(sid, t.recompute[i][0], t.recompute[last][1], k)

@@ -55,6 +55,7 @@ def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
         boundary_saved=tuple(dict.fromkeys(sid for u in units for sid in u.boundary_saved if sid in visible)),
         # a merged backward frees its saved tensors at its end (conservative); one unit is itself
         input_grad_last=first.input_grad_last and stop - start == 1,
+        recompute_remakes_output=last.recompute_remakes_output,
     )
 
 

@@ -76,6 +76,13 @@ class UnitProfile:
     (a convolution of a layer chain, models/lean_layers.py), so a saved input nothing else holds
     (a prefetched copy, a recomputed tensor) is freed before the input gradient is allocated; the
     simulator runs such a backward as two ops, weights then input (karma/simulate.py).
+
+    `recompute_remakes_output`: a recompute that ends with this unit makes its output again. The
+    recompute stops once the last saved tensor is packed, and autograd packs a built-in operator's
+    inputs before its kernel and its outputs after: a convolution or linear layer last in its segment
+    stops before its kernel, a batch norm (its statistics) or a custom autograd Function (which packs
+    once its forward has returned: models/lean_layers.py's convolution) after. From the trace's order
+    of packs and kernels (karma/unit_trace.py); True when unknown (the output counted: conservative).
     """
 
     name: str
@@ -104,6 +111,7 @@ class UnitProfile:
     recompute_extra_time: float = 0.0
     recompute_inner_extra_time: float = 0.0
     input_grad_last: bool = False
+    recompute_remakes_output: bool = True
 
     def recompute_time(self, last: bool = True) -> float:
         """Seconds of recomputing the unit: the last of its segment, or inside one."""

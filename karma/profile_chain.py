@@ -121,6 +121,7 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
             recompute_extra_time=t_last,
             recompute_inner_extra_time=t_inner,
             input_grad_last=getattr(unit, "input_grad_last", False) and not mixed(model.precision),
+            recompute_remakes_output=trace.ops_before_last_pack == len(trace.forward_ops),
             forward_flops=sum(op.flops for op in trace.forward_ops),
             backward_flops=sum(op.flops for op in trace.backward_ops),
             forward_bytes=sum(op.bytes for op in trace.forward_ops),

@@ -165,6 +165,9 @@ class UnitTrace:
     saved_in: tuple[int, ...] = ()  # positions of the input tensors the unit saves
     saved_out: tuple[int, ...] = ()  # positions of the (new) output tensors it saves
     out_from_in: tuple[int | None, ...] = ()  # per output tensor: the input position it hands on, or None
+    # forward operators run before its last saved tensor was packed (None: it saves nothing); a recompute
+    # that ends with this unit stops there (torch.utils.checkpoint's early stop)
+    ops_before_last_pack: int | None = None
 
 
 def run_forward(unit: torch.nn.Module, x, loss: Callable | None, target, precision: str = "fp32"):
@@ -211,11 +214,13 @@ def trace_unit(unit: torch.nn.Module, x, loss: Callable | None = None, target=No
 
     params = {storage_key(p) for p in unit.parameters()}
     saved: dict[int, int] = {}
+    packed_after: list[int] = []  # per pack, weights too: how many operators had run
 
     def pack(t):
         key = storage_key(t)
         if key not in params:
             saved[key] = storage_bytes(t)
+        packed_after.append(len(fwd.ops))
         return t
 
     captured: dict[str, torch.Tensor] = {}
@@ -295,6 +300,7 @@ def trace_unit(unit: torch.nn.Module, x, loss: Callable | None = None, target=No
         saved_in=saved_in,
         saved_out=saved_out,
         out_from_in=out_from_in,
+        ops_before_last_pack=packed_after[-1] if packed_after else None,
     )
 
 

@@ -217,13 +217,27 @@ TWO_SWAPS_AFTER_RECOMPUTE = ("K|RRR|RRRR|RRRRRR|SS|SSSSSSS|SS|RRRRRR|K|RR|S|SS|R
                              "RRR|KK|R|KK|R|K|RRR|KKKKK|R|KKK|R|K|K|R|KK|R|K|KKKK|KKKKKKKKKK|KKKKKKKKKK")
 
 
-@pytest.mark.parametrize("code, depth, above", [
-    (UNDER_PREDICTED, 2, 0.05), (FORK_SUM, 0, 0.005),
-    (TWO_SWAPS_AFTER_RECOMPUTE, 0, 0.005), (TWO_SWAPS_AFTER_RECOMPUTE, 2, 0.005),
-], ids=["skip-saved-twice", "fork-sum", "recomputed-last-output", "recomputed-last-output-depth-2"])
-def test_the_reach_cases_plans_peak_where_the_simulator_says(code, depth, above):
-    """Measured peak of each plan within 5% of the prediction, and not more than `above` over it (the
-    reach case plans to within 0.5% of its capacity: an under-prediction is an out of memory)."""
+#: The reach case's KARMA plan once the planner searched finer cuts where the coarse chain does not fit
+#: (issue 16): 8.4 MB (10%) over the prediction in the backward of its 21-unit host-checkpointed block
+#: (units 47-67), past the capacity in the runtime's second memory step. The prefetched checkpoint was
+#: counted until the recompute of its reader (a ReLU saving a mask, not its input), but the runtime
+#: holds it until the recompute returns: its arguments, detached aliases of the copy, live that long.
+CHECKPOINT_THROUGH_RECOMPUTE = (
+    "K|RRR|RRRRRR|RR|S|S|S|S|S|SSSSS|S|S|S|S|RRRRR|S|S|S|SS|S|S|SS|SSS|S|S|S|S|RRRRRRRRRRRRRRRRRRRRR|"
+    "RRRRRRRRRRRRRRRRRRRR|rrrrrrrrrrrrrrrr|rrrrrr|rrrrrrrrr|rrrrrrrrrr|rrrrr|rrr|KKK|KKK|rrr|KK|K|r|r|rrrr|r|rrr|"
+    "KKKKKKK|KKKK|rrr")
+
+
+def resnet50_layer_profile():
+    """(hardware with a fast link, the analytic layer profile of ResNet-50 small b64 on it)."""
+    fast = dataclasses.replace(load("v100-abci"), h2d_bw=1e15, d2h_bw=1e15)
+    return fast, analytic_profile(build("resnet50", "small", 64, device="meta", granularity="layer"), fast)
+
+
+def resnet50_layer_plan(code: str, depth: int):
+    """(fast-link hardware, analytic layer profile of ResNet-50 small b64, the plan `code` spells: one
+    letter per unit, K keep, S swap, R recompute from a host checkpoint, r from a device one; `|` cuts
+    blocks; weights streamed at prefetch `depth`)."""
     from karma.plan import Block, Plan
 
     kinds = {"K": ("keep", "device"), "S": ("swap", "device"), "R": ("recompute", "host"),
@@ -232,11 +246,55 @@ def test_the_reach_cases_plans_peak_where_the_simulator_says(code, depth, above)
     for run in code.split("|"):
         blocks.append(Block(at, at + len(run), *kinds[run[0]]))
         at += len(run)
-    fast = dataclasses.replace(load("v100-abci"), h2d_bw=1e15, d2h_bw=1e15)
-    profile = analytic_profile(build("resnet50", "small", 64, device="meta", granularity="layer"), fast)
+    fast, profile = resnet50_layer_profile()
     plan = Plan(model="resnet50", batch=64, units=len(profile.units), blocks=tuple(blocks), weights="streamed",
                 prefetch_depth=depth)
+    return fast, profile, plan
+
+
+def assert_peaks_as_predicted(fast, profile, plan, above: float) -> None:
+    """Measured peak (serial link) within 5% of the prediction and not more than `above` over it."""
     predicted = simulate(profile, plan, fast, capacity=math.inf).peak_bytes
     measured = serial_peak("resnet50", 64, plan)
     assert measured == pytest.approx(predicted, rel=0.05)
     assert measured <= predicted * (1 + above)
+
+
+@pytest.mark.parametrize("code, depth, above", [
+    (UNDER_PREDICTED, 2, 0.05), (FORK_SUM, 0, 0.005),
+    (TWO_SWAPS_AFTER_RECOMPUTE, 0, 0.005), (TWO_SWAPS_AFTER_RECOMPUTE, 2, 0.005),
+    (CHECKPOINT_THROUGH_RECOMPUTE, 1, 0.005),
+], ids=["skip-saved-twice", "fork-sum", "recomputed-last-output", "recomputed-last-output-depth-2",
+        "checkpoint-through-recompute"])
+def test_the_reach_cases_plans_peak_where_the_simulator_says(code, depth, above):
+    """Measured peak of each plan within 5% of the prediction, and not more than `above` over it (the
+    reach case plans to within 0.5% of its capacity: an under-prediction is an out of memory)."""
+    assert_peaks_as_predicted(*resnet50_layer_plan(code, depth), above)
+
+
+def test_a_recompute_ending_in_the_layer_chains_convolution_makes_its_output_again():
+    """The layer chain's convolution is a custom autograd Function (models/lean_layers.py), which packs
+    its saved input once its forward has returned: a recompute ending with it runs its kernel before the
+    early stop, and its output (layer1_1's expansion, 8.4 MB here) is made again. Counted as a built-in
+    convolution (stopped before its kernel) the prediction was 69.4 MB against 76.6 measured."""
+    _, profile = resnet50_layer_profile()
+    names = [u.name for u in profile.units]
+    first, last = names.index("layer1_1_bn1"), names.index("layer1_1_conv3")
+    assert profile.units[last].recompute_remakes_output and profile.units[last].saved_bytes == \
+        profile.units[last].saved_input_bytes
+    code = "|".join(["S"] * first + ["r" * (last + 1 - first)] + ["S"] * (len(names) - last - 1))
+    assert_peaks_as_predicted(*resnet50_layer_plan(code, 0), 0.005)
+
+
+def test_a_recompute_stops_before_a_built_in_kernel_that_packs_first():
+    """The trace orders packs and kernels: torch's own convolution packs its input and weight before its
+    kernel (a recompute ending with it stops there), a batch norm packs its statistics after."""
+    from karma.unit_trace import trace_unit
+
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    conv = trace_unit(torch.nn.Conv2d(3, 4, 3), x)
+    norm = trace_unit(torch.nn.BatchNorm2d(3), x)
+    add = trace_unit(torch.nn.Identity(), x)
+    assert conv.ops_before_last_pack == len(conv.forward_ops) - 1
+    assert norm.ops_before_last_pack == len(norm.forward_ops)
+    assert add.ops_before_last_pack is None

@@ -282,3 +282,22 @@ def test_retiled_plans_keep_their_swap_blocks_and_fit(case, data):
     state = (tuple(blocks), 1, "resident")
     for new in retile(search, state, {}):
         assert [x for x in new[0] if x[2] == "S"] == [(*swaps[0], "S")] and search.cost(new) < INFEASIBLE
+
+
+def test_beyond_the_reach_of_merged_groups_the_planner_searches_from_finer_ones():
+    """Where no plan of the coarse chain fits (a merged group's backward alone is over the capacity), the
+    planner searches again from 2x and 4x the groups and keeps the fastest plan (issue 16); where it fits,
+    one coarse search (the paper models: the pipeline's tables are unchanged)."""
+    from karma.planner import REACH_GROUPS
+    from karma.profile_analytic import analytic_profile
+    from models import build
+
+    hw = load("v100-abci")
+    blocks = analytic_profile(build("resnet50", "tiny", 16, device="meta"), hw)
+    layers = analytic_profile(build("resnet50", "tiny", 16, device="meta", granularity="layer"), hw)
+    capacity = 0.9 * blocks.unit_floor_bytes()
+    found = plan(layers, hw, capacity, groups=3, work=0.3)
+    assert found.notes["coarse_tried"] == [3] + [3 * f for f in REACH_GROUPS]
+    assert simulate(layers, found, hw, capacity, record=False).feasible
+    roomy = plan(layers, hw, 1e12, groups=3, work=0.3)
+    assert roomy.notes["coarse_tried"] == [3]
