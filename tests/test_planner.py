@@ -286,7 +286,7 @@ def test_retiled_plans_keep_their_swap_blocks_and_fit(case, data):
 
 def test_beyond_the_reach_of_merged_groups_the_planner_searches_from_finer_ones():
     """Where no plan of the coarse chain fits (a merged group's backward alone is over the capacity), the
-    planner searches again from 2x and 4x the groups and keeps the fastest plan (issue 16); where it fits,
+    planner searches again from REACH_GROUPS times the groups and keeps the fastest plan (issue 16); where it fits,
     one coarse search (the paper models: the pipeline's tables are unchanged)."""
     from karma.planner import REACH_GROUPS
     from karma.profile_analytic import analytic_profile
