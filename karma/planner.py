@@ -8,12 +8,9 @@ the checkpoint on the device or the host, prefetch depth, and the three
 weight layouts), coarse to fine:
 
 1. Coarsen: the chain is cut into at most `groups` runs of about equal
-   compute (karma/coarsen.py); a short chain is searched unit by unit. A
-   layer chain is cut only between its residual blocks (`block_groups`:
-   where a boundary carries one tensor), so that its coarse search is the
-   block chain's. Beyond the reach of the merged groups (no plan of them
-   fits) the whole search runs again from time-balanced cuts, finer ones
-   too (`REACH_GROUPS`), and the fastest wins.
+   compute (karma/coarsen.py); a short chain is searched unit by unit.
+   Beyond the reach of the merged groups (no plan of them fits) the whole
+   search runs again from finer cuts (`REACH_GROUPS`) and the fastest wins.
 2. Seed with the plan families KARMA's concurrency analysis suggests
    (`plan_space.seeds`) under every weight layout, descend from the best
    few (karma/plan_search.py: steepest descent with repair moves), then
@@ -27,11 +24,8 @@ weight layouts), coarse to fine:
    0-2; simulated on v100-abci, `python -m karma.planner_gap`, 2026-12-02).
 3. Refine: halve the groups (the coarse cuts stay cuts), descend again with
    moves bounded to the neighbourhood of the block edges, until one group is
-   one unit. The merged chain's memory is conservative at block units, so
-   the fine levels also win back what coarsening cost; at layer units it
-   can count less than the finer chain (ResNet-50 b656: 0.9 GB, not yet
-   found why), so a refined plan over the capacity is repaired to its
-   fastest neighbour that fits (`Search.descend`).
+   one unit. The merged chain's memory is conservative, so the fine levels
+   also win back what coarsening cost.
 4. Polish at one group per unit: the exact recompute-only plans of least
    recompute time (karma/recompute_dp.py, a dynamic program over the chain,
    under the resident and the streamed layouts' memory) are simulated and
