@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from karma.coarsen import balanced_groups, block_groups, clean_cuts, coarsen, halve
+from karma.coarsen import balanced_groups, coarsen, halve
 from karma.errors import KarmaError
 from karma.hardware import Hardware
 from karma.plan import Plan
@@ -211,18 +211,11 @@ def plan(profile: Profile, hw: Hardware, capacity: float, space: Space | None = 
     at batch 1440, auto units, v100-abci: 21.96 s from 24 groups, 17.47 from 48, none faster from 61)."""
     space = space or Space()
     n = len(profile.units)
-    # a layer chain's coarse groups are whole residual blocks (up to twice `groups` of them): ResNet-50's 37
-    # at layer units (16 blocks, their last ReLUs, the stem's layers) plan batch 656 on v100-abci at 2.57 s,
-    # where 24 time-balanced groups cut inside blocks found 11.15 s (simulated, 2026-12-03)
-    whole = block_groups(profile, max(groups, min(len(clean_cuts(profile)), 2 * groups)))
-    searched = [_search(profile, hw, capacity, space, whole, work, seed)]
+    searched = [_search(profile, hw, capacity, space, groups, work, seed)]
     if not searched[0].coarse_fits:
-        tried = {tuple(searched[0].coarse_cuts)}
-        for factor in (1, *REACH_GROUPS):
-            cuts = balanced_groups(profile, min(factor * groups, n))
-            if tuple(cuts) not in tried and len(cuts) >= len(searched[-1].coarse_cuts):
-                tried.add(tuple(cuts))
-                searched.append(_search(profile, hw, capacity, space, cuts, work, seed))
+        for factor in REACH_GROUPS:
+            if min(factor * groups, n) > len(searched[-1].coarse_cuts):
+                searched.append(_search(profile, hw, capacity, space, factor * groups, work, seed))
     fitting = [s for s in searched if s.fits]
     if not fitting:
         frugal = min(s.frugal for s in searched)
@@ -250,10 +243,10 @@ class _Searched:
         return self.plan is not None
 
 
-def _search(profile: Profile, hw: Hardware, capacity: float, space: Space, cuts: list[tuple[int, int]],
-            work: float, seed: int) -> _Searched:
-    """Coarse search over the groups `cuts`, refined to units and polished (the module docstring)."""
-    groups = len(cuts)
+def _search(profile: Profile, hw: Hardware, capacity: float, space: Space, groups: int, work: float,
+            seed: int) -> _Searched:
+    """Coarse search over `groups` groups, refined to units and polished (the module docstring)."""
+    cuts = balanced_groups(profile, groups)
     # a chain much longer than the groups spends more on its refinement levels and its polish
     coarse_work = COARSE_WORK * min(1.0, 4 * groups / len(profile.units))
     state, search = coarse_search(coarsen(profile, cuts), hw, capacity, space,
