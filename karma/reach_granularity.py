@@ -2,7 +2,10 @@
 same model and batch with block units, layer units and `--granularity auto` (karma/granularity.py),
 its simulated time and throughput over in-core training's at its largest batch. The case of the
 config is Hayakawa & Narihira's (arXiv:2010.14109): ResNet-50 at batch 1440 on a 16 GB V100, which
-they train at 55% of in-core speed with their system on their hardware. Simulated, like the reach
+they train at 55% of in-core speed with their system on their hardware. Their abstract does not say
+the precision, so the case runs in each precision of the config (`precisions`), each against in-core
+training in that precision at its own largest batch: fp32 (the reach table's reference) and mixed
+precision (fp16 activations halve what a layer saves, karma/precision.py). Simulated, like the reach
 table beside it (karma/reach.py); a granularity at which no plan fits says so."""
 
 from __future__ import annotations
@@ -17,13 +20,16 @@ from karma.planner import plan
 from karma.simulate import simulate
 
 GRANULARITIES = ("block", "layer", "auto")
-COLUMNS = ["model", "batch", "granularity", "units", "time_s", "peak_GB", "samples_per_s", "vs_incore", "note"]
+COLUMNS = ["model", "batch", "precision", "granularity", "units", "time_s", "peak_GB", "samples_per_s",
+           "incore_batch", "incore_samples_per_s", "vs_incore", "note"]
 
 
 def granularity_rows(model: str, batch: int, hw: Hardware, incore_samples_per_s: float,
-                     precision: str = "fp32", size: str = "paper", log=print) -> pd.DataFrame:
+                     precision: str = "fp32", size: str = "paper", log=print,
+                     incore_batch: int | None = None) -> pd.DataFrame:
     """Per granularity: units, KARMA's simulated s/iteration and peak, samples/s and their ratio to
-    `incore_samples_per_s` (in-core training at its largest batch, from the reach table)."""
+    `incore_samples_per_s` (in-core training in `precision` at its largest batch, `incore_batch`:
+    the reach table's, or `incore_reference`'s)."""
     from karma.cli import make_profile
     from karma.granularity import auto_note
 
@@ -31,8 +37,9 @@ def granularity_rows(model: str, batch: int, hw: Hardware, incore_samples_per_s:
     for granularity in GRANULARITIES:
         profile = make_profile(model, size, batch, "analytic", hw.name, precision=precision,
                                granularity=granularity)
-        row = {"model": model, "batch": batch, "granularity": granularity, "units": len(profile.units),
-               "time_s": math.nan, "peak_GB": math.nan, "samples_per_s": math.nan, "vs_incore": math.nan,
+        row = {"model": model, "batch": batch, "precision": precision, "granularity": granularity,
+               "units": len(profile.units), "time_s": math.nan, "peak_GB": math.nan, "samples_per_s": math.nan,
+               "incore_batch": incore_batch, "incore_samples_per_s": incore_samples_per_s, "vs_incore": math.nan,
                "note": auto_note(profile)}
         try:
             result = simulate(profile, plan(profile, hw, hw.device_memory), hw, hw.device_memory, record=False)
@@ -41,7 +48,7 @@ def granularity_rows(model: str, batch: int, hw: Hardware, incore_samples_per_s:
         else:
             row.update(time_s=result.time, peak_GB=result.peak_bytes / 1e9, samples_per_s=batch / result.time,
                        vs_incore=batch / result.time / incore_samples_per_s)
-        log(f"{model} batch {batch} ({granularity}, {row['units']} units): {row['time_s']:.3f} s/iteration "
+        log(f"{model} batch {batch} {precision} ({granularity}, {row['units']} units): {row['time_s']:.3f} s/iteration "
             f"{row['note']}")
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -53,17 +60,41 @@ def incore_throughput(table: pd.DataFrame, model: str) -> float:
     return float(rows.samples_per_s.iloc[0]) if len(rows) else math.nan
 
 
+def incore_batch(table: pd.DataFrame, model: str) -> int | None:
+    """The largest in-core batch of `model`'s block chain in the reach table (None if absent)."""
+    rows = table[(table.model == model) & (table.strategy == "incore") & (table.granularity == "block")]
+    return int(rows.reach_batch.iloc[0]) if len(rows) and not pd.isna(rows.reach_batch.iloc[0]) else None
+
+
+def incore_reference(model: str, hw: Hardware, precision: str, size: str = "paper",
+                     limit: int = 1 << 14) -> tuple[int | None, float]:
+    """(largest in-core batch, its samples/s) of `model`'s block chain in `precision`, found like the
+    reach table's (karma.reach.search on analytic profiles, simulated); (None, nan) when batch 1 does
+    not fit."""
+    from karma.reach import outcome, search, zoo_batches
+    from models.registry import spec
+
+    batches = zoo_batches(model, hw, "block", precision, size)
+    largest, _ = search("incore", batches, hw, hw.device_memory, limit, guess=spec(model).batch[size])
+    if largest is None:
+        return None, math.nan
+    done = outcome("incore", batches.exact(largest), hw, hw.device_memory)
+    return largest, (largest / done.time if done.time else math.nan)
+
+
 def markdown(rows: pd.DataFrame, hw: Hardware) -> str:
     from karma.tables import to_markdown
 
     model, batch = rows.model.iloc[0], rows.batch.iloc[0]
     return "\n".join([
-        f"## {model} at batch {batch}, by unit granularity (KARMA, simulated on `{hw.name}`)",
+        f"## {model} at batch {batch}, by unit granularity and precision (KARMA, simulated on `{hw.name}`)",
         "",
         "Block units (the paper's), layer units, and `auto`: blocks cut into layers only where a block's backward "
-        "alone exceeds the device memory (karma/granularity.py). `vs_incore`: samples/s over in-core training's at "
-        "its largest batch (block units, the table above). Hayakawa & Narihira (arXiv:2010.14109) report 55% for "
-        "this case with their system on their V100.",
+        "alone exceeds the device memory (karma/granularity.py). `vs_incore`: samples/s over in-core training's "
+        "in the same precision at its largest batch (`incore_batch`, block units; fp32's is the table above's). "
+        "fp16 is mixed precision (fp16 activations and weights, fp32 master weights and Adam state; "
+        "karma/precision.py). Hayakawa & Narihira (arXiv:2010.14109) report 55% for this case with their system on "
+        "their V100 (their abstract does not say the precision).",
         "",
         to_markdown(rows),
         "",

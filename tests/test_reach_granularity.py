@@ -42,3 +42,25 @@ def test_in_core_throughput_is_the_block_chains():
     ])
     assert incore_throughput(table, "resnet50") == 368.9
     assert math.isnan(incore_throughput(table, "vgg16"))
+
+
+def test_each_precision_is_compared_with_in_core_training_in_that_precision():
+    from karma.reach_granularity import incore_reference
+
+    largest32, speed32 = incore_reference("resnet50", HW, "fp32", size="tiny", limit=256)
+    largest16, speed16 = incore_reference("resnet50", HW, "fp16", size="tiny", limit=256)
+    assert largest32 and largest16 and speed32 > 0 and speed16 > 0
+    assert largest16 >= largest32  # 16-bit activations: at least the fp32 batch fits
+    rows = granularity_rows("resnet50", 2, HW, speed16, precision="fp16", size="tiny", log=lambda _: None,
+                            incore_batch=largest16)
+    assert (rows.precision == "fp16").all() and (rows.incore_batch == largest16).all()
+    assert (rows.vs_incore == rows.samples_per_s / speed16).all()
+
+
+def test_in_core_reference_is_none_where_batch_one_does_not_fit(monkeypatch):
+    from karma import reach
+    from karma.reach_granularity import incore_reference
+
+    monkeypatch.setattr(reach, "search", lambda *_args, **_kwargs: (None, ""))
+    largest, speed = incore_reference("resnet50", HW, "fp16", size="tiny", limit=64)
+    assert largest is None and math.isnan(speed)
