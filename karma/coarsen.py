@@ -61,10 +61,37 @@ def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
 
 def balanced_groups(profile: Profile, count: int) -> list[tuple[int, int]]:
     """Cut the chain into at most `count` runs of about equal forward+backward time."""
-    n = len(profile.units)
+    return _balanced([u.forward_time + u.backward_time for u in profile.units], count)
+
+
+def clean_cuts(profile: Profile) -> list[tuple[int, int]]:
+    """The chain cut only where a boundary carries at most one tensor: between residual blocks (or
+    transformer layers) of a layer chain, every unit boundary of a block chain (its boundaries name no
+    storages). A group cut inside a block carries the skip beside the running output (a recomputed group's
+    checkpoint is both, and both stay alive across it), so merged groups that end there cost memory a
+    block plan does not."""
+    runs, start = [], 0
+    for i, u in enumerate(profile.units):
+        if len(u.boundary_out) <= 1 or i == len(profile.units) - 1:
+            runs.append((start, i + 1))
+            start = i + 1
+    return runs
+
+
+def block_groups(profile: Profile, count: int) -> list[tuple[int, int]]:
+    """At most `count` groups of about equal forward+backward time, each a run of whole `clean_cuts` runs:
+    a block chain's `balanced_groups`; a layer chain's residual blocks (merged where there are more than
+    `count`), so that its coarse search starts from the plans of the block chain."""
+    runs = clean_cuts(profile)
+    times = [sum(u.forward_time + u.backward_time for u in profile.units[a:b]) for a, b in runs]
+    return [(runs[a][0], runs[b - 1][1]) for a, b in _balanced(times, count)]
+
+
+def _balanced(times: list[float], count: int) -> list[tuple[int, int]]:
+    """Index runs [a, b) over `times`, at most `count`, each about an equal share of their sum."""
+    n = len(times)
     if n <= count:
         return [(i, i + 1) for i in range(n)]
-    times = [u.forward_time + u.backward_time for u in profile.units]
     total = sum(times)
     groups, start, acc = [], 0, 0.0
     for i, t in enumerate(times):

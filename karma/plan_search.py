@@ -146,6 +146,11 @@ class Search:
                 found = second
         return found
 
+    def _repair_key(self, state: State) -> tuple[bool, float]:
+        """Fitting before not, then by time (a plan that fits) or by how far over (one that does not)."""
+        cost = self.cost(state)
+        return cost >= INFEASIBLE, cost
+
     def descend(self, state: State, budget: int | None = None) -> State:
         """Steepest descent: move to the best neighbour while it is faster, else to the best
         repaired one (`repair`), until none is (or `budget` states have been simulated).
@@ -153,6 +158,16 @@ class Search:
         long chain a full neighbourhood is hundreds of slow simulations."""
         best = state
         while budget is None or len(self.cache) < budget:
+            if self.first and self.cost(best) >= INFEASIBLE:
+                # over the capacity (a refined plan the coarser chain under-counted): the fastest neighbour
+                # that fits, else the least over; the first one less over can walk far from the plan. The
+                # budget bounds the scan (a full neighbourhood of a layer chain is hundreds of simulations)
+                scan = (m for m in self.neighbours(best) if budget is None or len(self.cache) < budget)
+                move = min(scan, key=self._repair_key, default=None)
+                if move is None or self.cost(move) >= self.cost(best) - 1e-12:
+                    break
+                best = move
+                continue
             if self.first:  # the budget also bounds the scan of one neighbourhood
                 move = next((m for m in self.neighbours(best)
                              if (budget is None or len(self.cache) < budget)

@@ -288,6 +288,7 @@ def test_beyond_the_reach_of_merged_groups_the_planner_searches_from_finer_ones(
     """Where no plan of the coarse chain fits (a merged group's backward alone is over the capacity), the
     planner searches again from REACH_GROUPS times the groups and keeps the fastest plan (issue 16); where it fits,
     one coarse search (the paper models: the pipeline's tables are unchanged)."""
+    from karma.coarsen import block_groups, clean_cuts
     from karma.planner import REACH_GROUPS
     from karma.profile_analytic import analytic_profile
     from models import build
@@ -297,7 +298,58 @@ def test_beyond_the_reach_of_merged_groups_the_planner_searches_from_finer_ones(
     layers = analytic_profile(build("resnet50", "tiny", 16, device="meta", granularity="layer"), hw)
     capacity = 0.9 * blocks.unit_floor_bytes()
     found = plan(layers, hw, capacity, groups=3, work=0.3)
-    assert found.notes["coarse_tried"] == [3] + [3 * f for f in REACH_GROUPS]
+    whole = len(block_groups(layers, min(len(clean_cuts(layers)), 6)))
+    assert whole > 3  # the layer chain's first groups are whole blocks, up to twice the groups
+    assert found.notes["coarse_tried"] == [whole] + [3 * f for f in REACH_GROUPS if 3 * f > whole]
     assert simulate(layers, found, hw, capacity, record=False).feasible
     roomy = plan(layers, hw, 1e12, groups=3, work=0.3)
-    assert roomy.notes["coarse_tried"] == [3]
+    assert roomy.notes["coarse_tried"] == [whole]
+
+
+def test_a_layer_chains_coarse_groups_are_whole_blocks():
+    """Layer units: the coarse groups cut only where a boundary carries one tensor (between residual blocks),
+    so a recomputed group's checkpoint is not the skip beside the running output; block units: the
+    time-balanced groups as before (their boundaries name no storages), so the paper's plans do not change."""
+    from karma.coarsen import balanced_groups, block_groups, clean_cuts
+    from karma.profile_analytic import analytic_profile
+    from models import build
+
+    hw = load("v100-abci")
+    blocks = analytic_profile(build("resnet50", "tiny", 16, device="meta"), hw)
+    layers = analytic_profile(build("resnet50", "tiny", 16, device="meta", granularity="layer"), hw)
+    assert block_groups(blocks, 6) == balanced_groups(blocks, 6)
+    assert clean_cuts(blocks) == [(i, i + 1) for i in range(len(blocks.units))]
+    for count in (3, 6, 24, 100):
+        groups = block_groups(layers, count)
+        assert len(groups) <= count and groups[0][0] == 0 and groups[-1][1] == len(layers.units)
+        assert all(a[1] == b[0] for a, b in zip(groups, groups[1:], strict=False))
+        assert all(len(layers.units[b - 1].boundary_out) <= 1 for _, b in groups)
+    names = {layers.units[b - 1].name for _, b in clean_cuts(layers)}
+    assert {"layer1_0_relu", "layer2_0_relu"} <= names and "layer1_0_conv1" not in names
+
+
+def test_a_refined_plan_over_the_capacity_is_repaired_to_the_fastest_neighbour_that_fits():
+    """The first-improvement descent of the refinement levels, from a plan over the capacity, moves to the
+    fastest neighbour that fits, not to the first one less over (which walked ResNet-50's layer chain at
+    batch 656 from a 2.6 s plan into an 18 s one)."""
+    from karma.plan_search import INFEASIBLE, Search
+    from karma.plan_space import Space, to_plan
+    from karma.profile_analytic import analytic_profile
+    from models import build
+
+    hw = load("v100-abci")
+    profile = analytic_profile(build("resnet50", "tiny", 16, device="meta"), hw)
+    n = len(profile.units)
+    incore = ((tuple((i, i + 1, "K") for i in range(n))), 1, "resident")
+    capacity = 0.8 * simulate(profile, to_plan(profile, [(i, i + 1) for i in range(n)], incore), hw,
+                              1e12, record=False).peak_bytes
+    search = Search(profile, hw, capacity, Space(), first=True)
+    assert search.cost(incore) >= INFEASIBLE
+    moves = set(search.neighbours(incore)) - set(search.cache)
+    step = search.descend(incore, budget=len(search.cache) + len(moves))  # one step: the neighbourhood once
+    fitting = [m for m in moves if search.cost(m) < INFEASIBLE]
+    assert fitting and search.cost(step) == min(search.cost(m) for m in fitting)
+    bounded = Search(profile, hw, capacity, Space(), first=True)
+    bounded.cost(incore)
+    bounded.descend(incore, budget=len(bounded.cache) + 3)  # the budget bounds the scan of the neighbourhood
+    assert len(bounded.cache) <= 1 + 3
