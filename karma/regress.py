@@ -136,6 +136,25 @@ def _runtime_rows(runtime: pd.DataFrame) -> list[tuple]:
     return rows
 
 
+def _reach_rows(reach: pd.DataFrame, case: pd.DataFrame) -> list[tuple[str, float, str]]:
+    """The reach table's largest batch and throughput there over in-core's per (granularity, model, strategy),
+    and the granularity case's throughput over in-core per (precision, granularity): simulated; a strategy
+    with no plan has no row (a number that disappears is MISSING)."""
+    rows = []
+    for r in reach.itertuples():
+        key = f"reach/{r.granularity}/{r.model}/{r.strategy}"
+        if not pd.isna(r.reach_batch):
+            rows.append((f"{key}/reach_batch", float(r.reach_batch), "simulated"))
+        if not pd.isna(r.vs_incore):
+            rows.append((f"{key}/vs_incore", float(r.vs_incore), "simulated"))
+    for r in case.itertuples():
+        if not pd.isna(r.vs_incore):
+            precision = getattr(r, "precision", "fp32")
+            rows.append((f"reach_case/{r.model}-b{r.batch}/{precision}/{r.granularity}/vs_incore", float(r.vs_incore),
+                         "simulated"))
+    return rows
+
+
 def collect(results: str | Path) -> pd.DataFrame:
     """One row per tracked number (COLUMNS; see the module docstring)."""
     results = Path(results)
@@ -154,6 +173,9 @@ def collect(results: str | Path) -> pd.DataFrame:
     nlp = _read(results / "tables" / "large_nlp_summary.csv")
     for r in nlp.itertuples():
         rows.append((f"large_nlp/{r.model}/karma_over_best_mp_geomean", r.karma_over_best_mp_geomean, "simulated"))
+    reach, case = results / "tables" / "reach.csv", results / "tables" / "reach_granularity.csv"
+    if reach.exists() or case.exists():  # absent from a reduced run (.ci/slurm); against the reference: MISSING
+        rows += _reach_rows(_read(reach), _read(case))
     rows = [(metric, kind, value, nan, nan, nan, nan, "") for metric, value, kind in rows]
     rows += _runtime_rows(_read(results / "tables" / "measured_vs_predicted.csv"))
     dp = _read(results / "tables" / "distributed_validation.csv")

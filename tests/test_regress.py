@@ -175,7 +175,7 @@ RUNTIME = [  # model m: vdnn and karma ran, karma 2x faster; incore did not fit 
 ]
 
 
-def write_results(results, runtime=RUNTIME, karma_time=1.0, dp_ratio=1.15):
+def write_results(results, runtime=RUNTIME, karma_time=1.0, dp_ratio=1.15, reach_batch=200):
     (results / "tables").mkdir(parents=True, exist_ok=True)
     pd.DataFrame([{"model": "m", "strategy": "vdnn", "status": "ok", "time_s": 2.0, "time_over_bound": NAN},
                   {"model": "m", "strategy": "karma", "status": "ok", "time_s": karma_time, "time_over_bound": 1.01}]) \
@@ -193,6 +193,12 @@ def write_results(results, runtime=RUNTIME, karma_time=1.0, dp_ratio=1.15):
     pd.DataFrame([{"model": "m", "tp": tp, "tp_over_dp_measured": 1.1, "tp_over_dp_measured_min": 1.0,
                    "tp_over_dp_measured_max": 1.2, "tp_over_dp_predicted": 0.6} for tp in (1, 2)]).to_csv(
         results / "tables/tp_validation.csv", index=False)
+    pd.DataFrame([{"granularity": "block", "model": "m", "strategy": s, "reach_batch": b, "vs_incore": v}
+                  for s, b, v in (("incore", 100, 1.0), ("karma", reach_batch, 0.6), ("vdnn", NAN, NAN))]).to_csv(
+        results / "tables/reach.csv", index=False)
+    pd.DataFrame([{"model": "m", "batch": 400, "precision": p, "granularity": g, "vs_incore": v}
+                  for p, g, v in (("fp32", "block", NAN), ("fp32", "layer", 0.2), ("fp16", "block", 0.6))]).to_csv(
+        results / "tables/reach_granularity.csv", index=False)
 
 
 @pytest.fixture
@@ -229,6 +235,23 @@ def test_noise_inside_the_spread_passes_strict(recorded, tmp_path):
                       measured_over_predicted=1.1)
     write_results(results, runtime, dp_ratio=1.12)
     assert compare_cli(results, reference, "--strict") == 0
+
+
+def test_reach_is_tracked_as_simulated_numbers(recorded, tmp_path):
+    """The reach table's batches and throughputs (issue 16) are deterministic: tracked within 1%, and a
+    strategy's reach that moves or disappears fails."""
+    results, reference = recorded
+    metrics = set(pd.read_csv(reference).metric)
+    assert {"reach/block/m/karma/reach_batch", "reach/block/m/karma/vs_incore",
+            "reach_case/m-b400/fp32/layer/vs_incore", "reach_case/m-b400/fp16/block/vs_incore"} <= metrics
+    assert not any(m.startswith("reach/block/m/vdnn") or m == "reach_case/m-b400/fp32/block/vs_incore"
+                   for m in metrics)  # no plan: no row
+    write_results(results, reach_batch=190)
+    assert compare_cli(results, reference, "--strict") == 1
+    for name in ("reach.csv", "reach_granularity.csv"):  # a run without the reach rule misses its numbers
+        (results / "tables" / name).unlink()
+    assert compare_cli(results, reference, "--strict") == 1
+    assert compare_cli(results, reference, "--strict", "--kind", "accuracy") == 0
 
 
 def test_karma_simulated_ten_percent_faster_in_the_reference_fails_strict(recorded):

@@ -83,6 +83,8 @@ rule regression:
         "results/tables/distributed_validation.csv",
         "results/tables/large_nlp_summary.csv",
         "results/tables/tp_validation.csv",
+        "results/tables/reach.csv",
+        "results/tables/reach_granularity.csv",
         reference="results/reference/metrics.csv",
     output:
         "results/tables/regression.md",
