@@ -226,11 +226,9 @@ def plan(profile: Profile, hw: Hardware, capacity: float, space: Space | None = 
     count = groups if len(clean) == n else max(groups, min(len(clean), 2 * groups))
     searched = [_search(profile, hw, capacity, space, block_groups(profile, count), work, seed)]
     if not searched[0].coarse_fits:
-        tried = {tuple(searched[0].coarse_cuts)}
         for factor in REACH_GROUPS:
             cuts = balanced_groups(profile, min(factor * groups, n))
-            if tuple(cuts) not in tried and len(cuts) > len(searched[-1].coarse_cuts):
-                tried.add(tuple(cuts))
+            if len(cuts) > len(searched[-1].coarse_cuts):
                 searched.append(_search(profile, hw, capacity, space, cuts, work, seed))
     fitting = [s for s in searched if s.fits]
     if not fitting:

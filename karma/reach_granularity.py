@@ -54,15 +54,19 @@ def granularity_rows(model: str, batch: int, hw: Hardware, incore_samples_per_s:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def _incore_row(table: pd.DataFrame, model: str) -> pd.DataFrame:
+    return table[(table.model == model) & (table.strategy == "incore") & (table.granularity == "block")]
+
+
 def incore_throughput(table: pd.DataFrame, model: str) -> float:
     """In-core samples/s at the largest in-core batch of `model`'s block chain in the reach table (nan if absent)."""
-    rows = table[(table.model == model) & (table.strategy == "incore") & (table.granularity == "block")]
+    rows = _incore_row(table, model)
     return float(rows.samples_per_s.iloc[0]) if len(rows) else math.nan
 
 
 def incore_batch(table: pd.DataFrame, model: str) -> int | None:
     """The largest in-core batch of `model`'s block chain in the reach table (None if absent)."""
-    rows = table[(table.model == model) & (table.strategy == "incore") & (table.granularity == "block")]
+    rows = _incore_row(table, model)
     return int(rows.reach_batch.iloc[0]) if len(rows) and not pd.isna(rows.reach_batch.iloc[0]) else None
 
 
@@ -80,6 +84,23 @@ def incore_reference(model: str, hw: Hardware, precision: str, size: str = "pape
         return None, math.nan
     done = outcome("incore", batches.exact(largest), hw, hw.device_memory)
     return largest, (largest / done.time if done.time else math.nan)
+
+
+def case_rows(model: str, batch: int, precisions: list[str], hw: Hardware, table: pd.DataFrame,
+              table_precision: str, size: str = "paper", log=print) -> pd.DataFrame:
+    """`granularity_rows` per precision, each against in-core training in it: the reach table's own reference
+    in `table_precision`, `incore_reference` in any other."""
+    parts = []
+    for precision in precisions:
+        if precision == table_precision:
+            largest, speed = incore_batch(table, model), incore_throughput(table, model)
+        else:
+            largest, speed = incore_reference(model, hw, precision, size)
+        log(f"{model} in-core in {precision} (simulated on {hw.name}): largest batch {largest}, "
+            f"{speed:.1f} samples/s")
+        parts.append(granularity_rows(model, batch, hw, speed, precision=precision, size=size, log=log,
+                                      incore_batch=largest))
+    return pd.concat(parts, ignore_index=True)
 
 
 def markdown(rows: pd.DataFrame, hw: Hardware) -> str:

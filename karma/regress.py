@@ -149,9 +149,8 @@ def _reach_rows(reach: pd.DataFrame, case: pd.DataFrame) -> list[tuple[str, floa
             rows.append((f"{key}/vs_incore", float(r.vs_incore), "simulated"))
     for r in case.itertuples():
         if not pd.isna(r.vs_incore):
-            precision = getattr(r, "precision", "fp32")
-            rows.append((f"reach_case/{r.model}-b{r.batch}/{precision}/{r.granularity}/vs_incore", float(r.vs_incore),
-                         "simulated"))
+            rows.append((f"reach_case/{r.model}-b{r.batch}/{r.precision}/{r.granularity}/vs_incore",
+                         float(r.vs_incore), "simulated"))
     return rows
 
 
@@ -216,10 +215,11 @@ def _measured_verdict(ref: float, ref_lo: float, ref_hi: float, now: float, lo: 
     s_lo = s_now if math.isnan(s_lo) else s_lo
     s_hi = s_now if math.isnan(s_hi) else s_hi
     widen = ref_spread + MEASURED_FLOOR * abs(s_ref)
-    if not s_lo - widen <= s_ref <= s_hi + widen and scaled is not None and _nearer_the_model(s_ref, s_lo, s_hi):
+    outside = not s_lo - widen <= s_ref <= s_hi + widen
+    if outside and scaled is not None and _nearer_the_model(s_ref, s_lo, s_hi):
         return "ok", (f"nearer its prediction than the reference: {s_ref:.3f} of it then, [{s_lo:.3f}, {s_hi:.3f}] "
                       f"now (a disturbed reference run; refresh the reference)")
-    if not s_lo - widen <= s_ref <= s_hi + widen:
+    if outside:
         what = " (each over its run's prediction)" if scaled is not None else ""
         return "REGRESSION", (f"reference {s_ref:.3f} outside [{s_lo:.3f}, {s_hi:.3f}] widened by {widen:.3f} "
                               f"(the reference's spread + {MEASURED_FLOOR:.0%}){what}")

@@ -64,3 +64,19 @@ def test_in_core_reference_is_none_where_batch_one_does_not_fit(monkeypatch):
     monkeypatch.setattr(reach, "search", lambda *_args, **_kwargs: (None, ""))
     largest, speed = incore_reference("resnet50", HW, "fp16", size="tiny", limit=64)
     assert largest is None and math.isnan(speed)
+
+
+def test_the_case_takes_the_tables_in_core_reference_in_its_precision_and_searches_the_others(monkeypatch):
+    from karma import reach_granularity
+
+    table = pd.DataFrame([{"model": "resnet50", "strategy": "incore", "granularity": "block", "reach_batch": 8,
+                           "samples_per_s": 10.0}])
+    asked = []
+    monkeypatch.setattr(reach_granularity, "incore_reference",
+                        lambda model, hw, precision, size: asked.append(precision) or (16, 40.0))
+    rows = reach_granularity.case_rows("resnet50", 2, ["fp32", "fp16"], HW, table, "fp32", size="tiny",
+                                       log=lambda _: None)
+    assert asked == ["fp16"]
+    fp32, fp16 = rows[rows.precision == "fp32"], rows[rows.precision == "fp16"]
+    assert (fp32.incore_batch == 8).all() and (fp32.incore_samples_per_s == 10.0).all()
+    assert (fp16.incore_batch == 16).all() and (fp16.vs_incore == fp16.samples_per_s / 40.0).all()

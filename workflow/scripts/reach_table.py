@@ -12,7 +12,7 @@ from _log import logged  # noqa: E402
 from karma.hardware import load  # noqa: E402
 from karma.reach import reach_table  # noqa: E402
 from karma.reach_figure import reach_figure  # noqa: E402
-from karma.reach_granularity import COLUMNS, granularity_rows, incore_batch, incore_reference, incore_throughput  # noqa: E402,E501
+from karma.reach_granularity import COLUMNS, case_rows  # noqa: E402
 from karma.reach_granularity import markdown as granularity_markdown  # noqa: E402
 from karma.reach_report import markdown, published  # noqa: E402
 
@@ -29,16 +29,8 @@ with logged(sm):
     text = markdown(table, theirs, hw, cfg["limit_factor"], cfg["karma_work"])
     case = cfg.get("granularity_case")
     if case:
-        parts = []
-        for precision in case.get("precisions", [sm.params.precision]):
-            if precision == sm.params.precision:  # the table's own in-core reference
-                largest, speed = incore_batch(table, case["model"]), incore_throughput(table, case["model"])
-            else:
-                largest, speed = incore_reference(case["model"], hw, precision)
-            print(f"{case['model']} in-core in {precision}: largest batch {largest}, {speed:.1f} samples/s")
-            parts.append(granularity_rows(case["model"], case["batch"], hw, speed, precision=precision,
-                                          incore_batch=largest))
-        rows = pd.concat(parts, ignore_index=True)
+        rows = case_rows(case["model"], case["batch"], case.get("precisions", [sm.params.precision]), hw, table,
+                         sm.params.precision)
         text += "\n" + granularity_markdown(rows, hw)
     else:
         rows = pd.DataFrame(columns=COLUMNS)
