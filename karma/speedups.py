@@ -90,7 +90,9 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
         elif speedup is not None and speedup < 1 - 1e-9:
             note = f"KARMA is {100 * (1 - speedup):.1f}% slower than {best.strategy}: its search misses that plan"
         if karma.time_over_bound and karma.time_over_bound > 1.05:
-            note += ("; " if note else "") + f"plan / bound {karma.time_over_bound:.3f} > 1.05"
+            # which of the plan and the bound is to blame needs a long search: python -m karma.planner_gap
+            note += ("; " if note else "") + (f"plan / bound {karma.time_over_bound:.3f} > 1.05 (plan or bound: "
+                                              "python -m karma.planner_gap)")
         rows.append({
             "model": model,
             "batch": karma.batch,
