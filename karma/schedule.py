@@ -5,7 +5,11 @@ dependencies are met, and lasts its cost. Memory is accounted at operation bound
 allocated at the start of the op that produces it (a copy to the device: when it is
 issued, `alloc_at`), freed at the end of the op that last needs it; at equal times frees
 come first (an op's memory is released before the next op starts), except an op of no
-duration, whose frees follow its own allocation.
+duration, whose frees follow its own allocation and precede those issued after it at that time
+(program order: the ledger's sort is stable). Freeing them after every allocation at that time
+held a residual add's output gradient (its backward takes no time) together with the next
+unit's backward: ResNet-50 small b64, layer units swapped in whole blocks at depth 1, predicted
+123.0 MB where the runtime measured 106.1 (now 106.3; tests/test_layer_units.py).
 """
 
 from __future__ import annotations
@@ -56,8 +60,9 @@ class Schedule:
         if alloc:
             self.mem.append((start if alloc_at is None else alloc_at, 1, alloc, block))
         if free:
-            # an op of no duration frees after its own allocation, not before (frees come first at equal times)
-            self.mem.append((end, 2 if end == start else 0, -free, block))
+            # an op of no duration frees after its own allocation, not before (frees come first at equal times),
+            # and before the allocations of the ops issued after it (allocations' order, kept by the stable sort)
+            self.mem.append((end, 1 if end == start else 0, -free, block))
         if self.record:
             self.timeline.append(Event(q, name, block, start, end))
         return start, end
@@ -66,8 +71,9 @@ class Schedule:
         self.mem.append((t, 1, nbytes, block))
 
     def release(self, t: float, nbytes: float, block: int, after_allocs: bool = False) -> None:
-        """Frees come first at equal times, except those of an op of no duration (after_allocs)."""
-        self.mem.append((t, 2 if after_allocs else 0, -nbytes, block))
+        """Frees come first at equal times, except those of an op of no duration (after_allocs): in program
+        order among that time's allocations, after its own."""
+        self.mem.append((t, 1 if after_allocs else 0, -nbytes, block))
 
     def peak(self, base: float, capacity: float) -> tuple[float, int | None, float]:
         """Peak bytes, and the first block whose allocation crossed `capacity` (frees first at equal times)."""
