@@ -45,6 +45,11 @@ class Schedule:
     def queue(self, resource: str) -> str:
         return self._queues.get(resource, resource)
 
+    def start_at(self, resource: str, ready: float) -> float:
+        """When an op on `resource` ready at `ready` and queued now would start."""
+        free_at = self.free_at.get(self.queue(resource), 0.0)
+        return free_at if free_at > ready else ready
+
     def op(self, resource: str, name: str, block: int, ready: float, duration: float,
            alloc: float = 0.0, free: float = 0.0, alloc_at: float | None = None) -> tuple[float, float]:
         """Queue an op; `alloc` is taken at its start, or at `alloc_at` (a copy's issue, before its

@@ -281,6 +281,12 @@ def _backward(it: _Iteration) -> None:
             u = units[i]
             transient = transients[i]
             grads = tied_grads(u)
+            if waiting_grad:
+                # from here it is the backward's own output gradient: handed over when the backward starts,
+                # after its own allocation at the recompute (which a recompute of no duration makes at that
+                # same time: freed first, it left the next unit's backward uncounted by it)
+                s.release(s.start_at("compute", ready), waiting_grad, k, after_allocs=True)
+                waiting_grad = 0.0
             if u.input_grad_last:  # weight gradients, then the input gradient (models/lean_layers.py)
                 grad_in = input_gradient_bytes(units, i)
                 start, mid = s.op("compute", "backward", k, ready, u.backward_time / 2,
@@ -293,9 +299,6 @@ def _backward(it: _Iteration) -> None:
                 mid = ready
             it.times.backward[i] = (start, ready)
             it.times.weights_done[i] = mid
-            if waiting_grad:  # from here it is the backward's own output gradient
-                s.release(start, waiting_grad, k)
-                waiting_grad = 0.0
             if first:
                 first = False
                 if depth and k - depth >= 0:

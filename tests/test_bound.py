@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 
 from karma.bound import lower_bound
 from karma.hardware import load
-from karma.plan import from_policies
+from karma.plan import Block, Plan, from_policies
 from karma.profile import Profile
 from karma.simulate import simulate
 from tests.chains import adversarial_chains, exhaustive_best, make_unit
@@ -59,6 +59,43 @@ def test_the_issue_counter_example():
     assert result.feasible and abs(result.time - 10.061) < 1e-3
     assert lower_bound(profile, hw, capacity) <= result.time
     _sound(profile, hw, capacity)
+
+
+def test_the_case_hypothesis_found_on_2026_12_04():
+    """A kept unit's backward and a recompute of no duration at one time: the simulator handed the
+    recompute's output gradient over before the kept backward allocated, so a resident plan 0.5 GB
+    over the capacity passed at 7.99 s, under the bound's 12.33 (the bound was right: the kept unit
+    holds that gradient; tests/test_simulate.py has the simulator's side)."""
+    def unit(name, **kw):
+        return make_unit(name, **{k: int(v * 1e6) if k.endswith("bytes") else v for k, v in kw.items()})
+
+    f1, f4 = 0.00023056360744241742, 0.4990080198657828
+    units = (
+        unit("u0", saved_bytes=264, input_bytes=433, output_bytes=455, workspace_bytes=2065,
+             recompute_extra_time=2.0),
+        unit("u1", forward_time=f1, backward_time=0.28221436835089536, saved_bytes=922, saved_input_bytes=455,
+             saved_output_bytes=385, input_bytes=455, output_bytes=385, param_bytes=45, optimizer_bytes=45,
+             workspace_bytes=34, backward_workspace_bytes=4, recompute_extra_time=-f1,
+             recompute_inner_extra_time=1.5619351108041082),
+        unit("u2", forward_time=0.001, backward_time=3.337315366537439, saved_bytes=224.5, saved_input_bytes=192.5,
+             input_bytes=385, output_bytes=521, workspace_bytes=39, backward_workspace_bytes=164,
+             recompute_extra_time=-0.001, input_grad_last=True),
+        unit("u3", forward_time=0.001, saved_bytes=804, saved_input_bytes=521, saved_output_bytes=283,
+             input_bytes=521, output_bytes=283, buffer_bytes=20, workspace_bytes=89, backward_workspace_bytes=4608,
+             recompute_extra_time=0.8926405768187549),
+        unit("u4", forward_time=f4, backward_time=3.707813528807675, saved_bytes=204.5, saved_input_bytes=141.5,
+             saved_output_bytes=58, input_bytes=283, output_bytes=58, param_bytes=1474, buffer_bytes=20,
+             optimizer_bytes=2948, backward_workspace_bytes=-23, recompute_extra_time=-f4,
+             recompute_inner_extra_time=-f4, input_grad_last=True),
+    )
+    profile = Profile("random", "tiny", 1, "analytic", "v100-abci", "sgd", units)
+    hw = replace(load("v100-abci"), h2d_bw=17.2e9, d2h_bw=2801940990.055243, host_update_bw=1e9,
+                 memory_bw=1967919674806.2402)
+    plan = Plan(model="random", batch=1, units=5, weights="resident", prefetch_depth=2, optimizer="device",
+                blocks=(Block(0, 2, "recompute", "host"), Block(2, 3, "recompute", "device"),
+                        Block(3, 4, "keep", "device"), Block(4, 5, "keep", "device")))
+    assert abs(simulate(profile, plan, hw, capacity=float("inf")).peak_bytes - 12.627e9) < 1e3
+    _sound(profile, hw, 12.114e9)
 
 
 def test_the_program_grows_linearly_with_the_chain():
