@@ -258,9 +258,15 @@ def _backward(it: _Iteration) -> None:
         if not depth:  # on demand: its copies back are issued when its backward is due
             _prefetch(it, k, bwd_ready)
         ready = max(bwd_ready, it.prefetch_end[k])
-        first = True
+        # what is issued when the block's compute starts comes before its first op in program order: at one
+        # time with it (an op of no duration frees at its own end), it is still held beside that op
+        begin = s.start_at("compute", ready)
         # the gradient of the block's output (made by the next unit's backward) waits through the recompute
         waiting_grad = it.profile.output_gradients[b.stop - 1] if b.policy == "recompute" else 0.0
+        if waiting_grad:
+            s.alloc(begin, waiting_grad, k)
+        if depth and k - depth >= 0:
+            _prefetch(it, k - depth, begin)
         if b.policy == "recompute":
             for i in range(b.start, b.stop):
                 u = units[i]
@@ -272,11 +278,6 @@ def _backward(it: _Iteration) -> None:
                 start, ready = s.op("compute", "recompute", k, ready, u.recompute_time(i == b.stop - 1),
                                     alloc=by.own[i] + workspace, free=workspace)
                 it.times.recompute[i] = (start, ready)
-                if first:
-                    first = False
-                    s.alloc(start, waiting_grad, k)
-                    if depth and k - depth >= 0:
-                        _prefetch(it, k - depth, start)
         for i in range(b.stop - 1, b.start - 1, -1):
             u = units[i]
             transient = transients[i]
@@ -299,10 +300,6 @@ def _backward(it: _Iteration) -> None:
                 mid = ready
             it.times.backward[i] = (start, ready)
             it.times.weights_done[i] = mid
-            if first:
-                first = False
-                if depth and k - depth >= 0:
-                    _prefetch(it, k - depth, start)
         bwd_ready = ready
         if b.policy == "recompute":
             s.release(ready, by.mem_ckpt[k], k, after_allocs=ready == s.compute_start)
