@@ -9,7 +9,11 @@ duration, whose frees follow its own allocation and precede those issued after i
 (program order: the ledger's sort is stable). Freeing them after every allocation at that time
 held a residual add's output gradient (its backward takes no time) together with the next
 unit's backward: ResNet-50 small b64, layer units swapped in whole blocks at depth 1, predicted
-123.0 MB where the runtime measured 106.1 (now 106.3; tests/test_layer_units.py).
+123.0 MB where the runtime measured 106.1 (now 106.3; tests/test_layer_units.py). So whatever is
+taken or handed over when an op starts must be recorded before that op (`start_at` says when it
+will start): recorded after it, an op of no duration has already freed, and the peak misses what
+both held (karma/simulate.py's prefetches and recompute gradients; tests/test_simulate.py checks
+that no op of no duration counts less memory than one of a nanosecond).
 """
 
 from __future__ import annotations

@@ -94,7 +94,9 @@ def test_the_case_hypothesis_found_on_2026_12_04():
     plan = Plan(model="random", batch=1, units=5, weights="resident", prefetch_depth=2, optimizer="device",
                 blocks=(Block(0, 2, "recompute", "host"), Block(2, 3, "recompute", "device"),
                         Block(3, 4, "keep", "device"), Block(4, 5, "keep", "device")))
-    assert abs(simulate(profile, plan, hw, capacity=float("inf")).peak_bytes - 12.627e9) < 1e3
+    # unit 3's backward holds 12.627 GB with that gradient, and block 0's checkpoint (0.433 GB), whose copy
+    # back is issued as that backward starts (depth 2), beside it
+    assert abs(simulate(profile, plan, hw, capacity=float("inf")).peak_bytes - 13.06e9) < 1e3
     _sound(profile, hw, 12.114e9)
 
 
