@@ -284,8 +284,8 @@ def _backward(it: _Iteration) -> None:
             grads = tied_grads(u)
             if waiting_grad:
                 # from here it is the backward's own output gradient: handed over when the backward starts,
-                # after its own allocation at the recompute (which a recompute of no duration makes at that
-                # same time: freed first, it left the next unit's backward uncounted by it)
+                # after its allocation at the recompute's start (at that same time if the recompute takes
+                # none; released first, it went uncounted beside a kept backward of no duration there)
                 s.release(s.start_at("compute", ready), waiting_grad, k, after_allocs=True)
                 waiting_grad = 0.0
             if u.input_grad_last:  # weight gradients, then the input gradient (models/lean_layers.py)
