@@ -8,6 +8,7 @@ such a storage; karma/boundary_memory.py holds those, each while anything needs 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from karma.plan import Plan
@@ -33,7 +34,7 @@ class BlockBytes:
     mem_out: list[float]
     mem_back: list[float]
     mem_borrowed: list[float]
-    workspace: list[float]
+    workspace: Sequence[float]  # per unit
     storages: bool = False
 
     def back(self, k: int) -> float:
@@ -42,11 +43,11 @@ class BlockBytes:
 
 
 def block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
-    if any(u.boundary_out for u in profile.units):
+    if profile.storages:
         return _storage_block_bytes(profile, plan, host_side)
     units, blocks = profile.units, plan.blocks
     shared = profile.shared_bytes
-    own = [float(u.saved_bytes) for u in units]
+    own = list(profile.saved_floats)
     lent, borrowed = [0.0] * len(blocks), [0.0] * len(blocks)
     for b in blocks:  # inside a block, its units share their boundaries
         for i in range(b.start + 1, b.stop):
@@ -69,19 +70,20 @@ def block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
     return BlockBytes(own, act, ckpt, params, state, uses, static, lent, borrowed, mem_ckpt=ckpt,
                       mem_out=[a - n for a, n in zip(act, lent, strict=True)],
                       mem_back=[a - n + m for a, n, m in zip(act, lent, borrowed, strict=True)], mem_borrowed=borrowed,
-                      workspace=[float(u.workspace_bytes) for u in units])
+                      workspace=profile.workspaces)
 
 
 def _weights(profile: Profile, plan: Plan, host_side: bool):
     """(params, state, uses per block; static bytes)."""
-    units, blocks = profile.units, plan.blocks
+    blocks = plan.blocks
     pp, op, tp = profile.weight_prefix  # integer prefix sums: the same sums as unit by unit
     params = [float(pp[b.stop] - pp[b.start]) for b in blocks]
     state = [float(op[b.stop] - op[b.start]) for b in blocks]
     uses = [params[k] + (tp[b.stop] - tp[b.start]) for k, b in enumerate(blocks)]
-    static = float(sum(u.buffer_bytes for u in units))
+    buffers, host_optimizer, device_optimizer = profile.static_terms
+    static = buffers
     if plan.weights != "streamed":
-        static += sum(u.param_bytes + (0 if host_side else u.optimizer_bytes) for u in units)
+        static += host_optimizer if host_side else device_optimizer
     return params, state, uses, static
 
 

@@ -266,6 +266,36 @@ class Profile:
         return tuple(tuple(acc) for acc in sums)
 
     @cached_property
+    def saved_floats(self) -> tuple[float, ...]:
+        """Every unit's saved bytes, as the floats a plan's attribution starts from (karma/block_bytes.py)."""
+        return tuple(float(u.saved_bytes) for u in self.units)
+
+    @cached_property
+    def workspaces(self) -> tuple[float, ...]:
+        """Every unit's forward workspace bytes, as floats."""
+        return tuple(float(u.workspace_bytes) for u in self.units)
+
+    @cached_property
+    def storages(self) -> bool:
+        """`has_boundary_storages()`, once per profile."""
+        return self.has_boundary_storages()
+
+    @cached_property
+    def static_terms(self) -> tuple[float, int, int]:
+        """(buffer bytes as a float; resident weights with the optimizer on the host, and on the device): the
+        static bytes of every plan, by layout (karma/block_bytes.py)."""
+        units = self.units
+        return (float(sum(u.buffer_bytes for u in units)), sum(u.param_bytes for u in units),
+                sum(u.param_bytes + u.optimizer_bytes for u in units))
+
+    @cached_property
+    def weight_gradients(self) -> tuple[float, ...]:
+        """Per unit, the weight-gradient bytes its backward makes (`GradientBytes`, called in backward order)."""
+        made = GradientBytes()
+        grads = [made(u) for u in reversed(self.units)]
+        return tuple(reversed(grads))
+
+    @cached_property
     def output_gradients(self) -> tuple[float, ...]:
         """`output_gradient_bytes(units, i)` for every unit i."""
         return tuple(output_gradient_bytes(self.units, i) for i in range(len(self.units)))

@@ -58,14 +58,15 @@ class Schedule:
            alloc: float = 0.0, free: float = 0.0, alloc_at: float | None = None) -> tuple[float, float]:
         """Queue an op; `alloc` is taken at its start, or at `alloc_at` (a copy's issue, before its
         queue is free: its destination is allocated when the copy is issued, karma/simulate.py)."""
-        q = self._queues.get(resource, resource)
+        q = self._queues.get(resource, resource) if self._queues else resource
         free_at = self.free_at.get(q, 0.0)
         start = free_at if free_at > ready else ready
         end = start + duration
         self.free_at[q] = end
         if q == "compute":
             self.compute_start = start
-        self.busy[q] = self.busy.get(q, 0.0) + duration
+        busy = self.busy
+        busy[q] = busy.get(q, 0.0) + duration
         if alloc:
             self.mem.append((start if alloc_at is None else alloc_at, 1, alloc, block))
         if free:
@@ -88,7 +89,8 @@ class Schedule:
         """Peak bytes, and the first block whose allocation crossed `capacity` (frees first at equal times)."""
         level = peak = base
         first_over, over_by = (0, base - capacity) if base > capacity else (None, 0.0)
-        for _t, _kind, delta, block in sorted(self.mem, key=itemgetter(0, 1)):
+        self.mem.sort(key=itemgetter(0, 1))  # stable: program order within a time and kind
+        for _t, _kind, delta, block in self.mem:
             level += delta
             if level > peak:
                 peak = level

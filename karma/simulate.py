@@ -68,7 +68,7 @@ from karma.hardware import Hardware
 from karma.network import allreduce_time, nodes_for
 from karma.plan import Plan
 from karma.precision import master_bytes
-from karma.profile import OPTIMIZER_STATE_FACTOR, GradientBytes, Profile, input_gradient_bytes
+from karma.profile import OPTIMIZER_STATE_FACTOR, Profile, input_gradient_bytes
 from karma.schedule import Event, Schedule
 
 
@@ -181,7 +181,7 @@ def _forward(it: _Iteration) -> None:
     it.swap_out_end = [0.0] * nb
     it.ckpt_out_end = [0.0] * nb
     weights_up_end = [0.0] * nb
-    t = 0.0
+    t = copied = 0.0  # copied: when the copies to the host of the blocks before `depth` blocks back are done
     if it.streamed:
         for k in range(min(depth, nb)):
             weights_up_end[k] = it.upload(k, 0.0)
@@ -190,7 +190,11 @@ def _forward(it: _Iteration) -> None:
         if it.streamed and not depth:  # on demand: its weights go up when its forward is due
             weights_up_end[k] = it.upload(k, t)
         if k - depth >= 0:  # copies to the host (swapped blocks, host checkpoints) `depth` blocks back are done
-            ready = max(ready, max(it.swap_out_end[: k - depth + 1]), max(it.ckpt_out_end[: k - depth + 1]))
+            # (block k itself, at depth 0, has issued none yet)
+            back = k - depth if depth else k - 1
+            if back >= 0:
+                copied = max(copied, it.swap_out_end[back], it.ckpt_out_end[back])
+            ready = max(ready, copied)
         if it.streamed:
             ready = max(ready, weights_up_end[k])
         it.times.block_start[k] = ready
@@ -252,7 +256,7 @@ def _backward(it: _Iteration) -> None:
     bwd_ready = it.forward_end
     for k in range(nb - 1, max(nb - 1 - depth, -1), -1):
         _prefetch(it, k, bwd_ready)
-    tied_grads = GradientBytes()
+    weight_grads = it.profile.weight_gradients
     for k in range(nb - 1, -1, -1):
         b = blocks[k]
         if not depth:  # on demand: its copies back are issued when its backward is due
@@ -281,7 +285,7 @@ def _backward(it: _Iteration) -> None:
         for i in range(b.stop - 1, b.start - 1, -1):
             u = units[i]
             transient = transients[i]
-            grads = tied_grads(u)
+            grads = weight_grads[i]
             if waiting_grad:
                 # from here it is the backward's own output gradient: handed over when the backward starts,
                 # after its allocation at the recompute's start (at that same time if the recompute takes
@@ -366,23 +370,29 @@ def _result(it: _Iteration, end: float, capacity: float) -> SimResult:
         b = blocks[over_block]
         reason = (f"needs {peak / 1e9:.3f} GB, {(peak - capacity) / 1e9:.3f} GB over the {capacity / 1e9:.3f} GB "
                   f"capacity; first over at block {over_block} (units {b.start}..{b.stop - 1}, {b.policy})")
+    h2d, d2h = _link_bytes(it)
     return SimResult(
         time=None if reason else end, makespan=end, peak_bytes=peak, capacity=capacity, busy=dict(s.busy),
-        bytes_h2d=_bytes(it, "h2d"), bytes_d2h=_bytes(it, "d2h"), timeline=s.timeline, reason=reason,
+        bytes_h2d=h2d, bytes_d2h=d2h, timeline=s.timeline, reason=reason,
     )
 
 
-def _bytes(it: _Iteration, direction: str) -> float:
-    """Bytes crossing the link in one direction (streamed weights go up twice, gradients down once;
-    resident weights updated on the host go down as gradients and up once, updated)."""
-    total = 0.0
+def _link_bytes(it: _Iteration) -> tuple[float, float]:
+    """Bytes crossing the link (h2d, d2h): streamed weights go up twice, gradients down once; resident
+    weights updated on the host go down as gradients and up once, updated."""
+    h2d = d2h = 0.0
+    by = it.by
     for k, b in enumerate(it.plan.blocks):
         if b.policy == "swap":
-            total += it.by.act[k] if direction == "d2h" else it.by.back(k)
+            h2d += by.back(k)
+            d2h += by.act[k]
         elif b.policy == "recompute" and b.checkpoint == "host":
-            total += it.by.ckpt[k]
+            h2d += by.ckpt[k]
+            d2h += by.ckpt[k]
         if it.streamed:
-            total += 2 * it.by.params[k] if direction == "h2d" else it.by.params[k]
+            h2d += 2 * by.params[k]
+            d2h += by.params[k]
         elif it.host_side:
-            total += it.by.params[k]
-    return total
+            h2d += by.params[k]
+            d2h += by.params[k]
+    return h2d, d2h
