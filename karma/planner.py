@@ -93,15 +93,20 @@ EXACT_UNITS = 384
 COARSE_PLANS = 20_000
 #: The coarse search's annealing walks, sharing its budget.
 WALKS = 3
+#: A chain of at most this many units, searched unit by unit, walks at one prefetch depth per walk
+#: (`walk_depths`): its budget per unit is large. Megatron-1.2B searched unit by unit (42 units) did worse
+#: so, 1.807-1.861 s over seeds 0-5 against 1.792-1.830 with free walks (simulated on v100-abci, 2026-12-04).
+DEPTH_WALK_UNITS = 24
 #: Where no plan of the coarse chain fits, the search runs again from these multiples of the groups
 #: (4x as well found no faster plan on ResNet-50 b1440, auto units, and cost 17 CPU s more).
 REACH_GROUPS = (2,)
 
 
 def coarse_search(profile: Profile, hw: Hardware, capacity: float, space: Space, budget: int,
-                  starts: int = 3, seed: int = 0) -> tuple[State, Search]:
+                  starts: int = 3, seed: int = 0, by_depth: bool = False) -> tuple[State, Search]:
     """Best state on `profile` (one group per unit): descend from the `starts` best seeds
-    (distinct block sequences), then anneal from the best until `budget` plans."""
+    (distinct block sequences), then anneal from the best until `budget` plans; `by_depth`: walks
+    that keep to one prefetch depth each (`walk_depths`)."""
     search = Search(profile, hw, capacity, space)
     n = len(profile.units)
     depth = space.first_depth
@@ -118,11 +123,31 @@ def coarse_search(profile: Profile, hw: Hardware, capacity: float, space: Space,
         if len(tried) >= starts:
             break
     start, found = len(search.cache), best
+    depths = walk_depths(search, space) if by_depth else []
     for walk in range(WALKS):  # several shorter walks from the best descent, each its own seed
-        state = search.anneal(best, start + (budget - start) * (walk + 1) // WALKS, seed * WALKS + walk)
+        walker, origin = search, best
+        if walk < len(depths):  # the same memo, moves at one depth, from the fastest plan there
+            walker = replace(search, space=replace(space, depths=(depths[walk],)))
+            origin = min((s for s in search.cache if s[1] == depths[walk]), key=search.cost)
+        state = walker.anneal(origin, start + (budget - start) * (walk + 1) // WALKS, seed * WALKS + walk)
         if search.cost(state) < search.cost(found):
             found = state
     return found, search
+
+
+def walk_depths(search: Search, space: Space) -> list[int]:
+    """Depths for the walks on a chain searched unit by unit: the overlapping depths but the seeds' own
+    (`Space.first_depth`, which the descents explore), the deepest `WALKS` of them, each only where a
+    plan of it fits already (at the reach deep prefetches fit nowhere: the walks stay free there);
+    shallowest first (walk k gets the annealing seed k, and so a reproducible plan per planner seed).
+    A depth is a family of plans (it changes which blocks fit), and a walk free to change it settles
+    in the family it starts in: WRN-28-10 at depth 4, 4.391 s, for 3 of seeds 0-5, where walks at
+    depths 2, 3 and 4 find the depth-2 plan of 4.327 s for 11 of seeds 0-11 (simulated on v100-abci,
+    2026-12-04). A coarsened or longer chain keeps free walks (`DEPTH_WALK_UNITS`): walks at fixed depths
+    left ResNet-200 0.9% over a long search on one seed of six."""
+    fitting = {s[1] for s, cost in search.cache.items() if cost < INFEASIBLE}
+    others = sorted(d for d in space.depths if d and d != space.first_depth and d in fitting)
+    return others[-WALKS:]
 
 
 def exact_seeds(search: Search, profile: Profile, capacity: float, space: Space) -> list[State]:
@@ -264,7 +289,8 @@ def _search(profile: Profile, hw: Hardware, capacity: float, space: Space, cuts:
     # a chain much longer than the groups spends more on its refinement levels and its polish
     coarse_work = COARSE_WORK * min(1.0, 4 * groups / len(profile.units))
     state, search = coarse_search(coarsen(profile, cuts), hw, capacity, space,
-                                  budget=int(work * min(coarse_work / len(cuts), COARSE_PLANS)), seed=seed)
+                                  budget=int(work * min(coarse_work / len(cuts), COARSE_PLANS)), seed=seed,
+                                  by_depth=len(cuts) == len(profile.units) <= DEPTH_WALK_UNITS)
     coarse, coarse_cuts = search, cuts
     coarse_fits = search.cost(state) < INFEASIBLE
     evaluations = [len(search.cache)]
