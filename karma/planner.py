@@ -25,7 +25,10 @@ weight layouts), coarse to fine:
    search, 1.87-1.89 s). Several shorter walks beat one long one: a long walk
    settles in one family (WRN-28-10 at depth 4, 4.391 s, for seeds 0 and 1),
    of three walks one often finds another (depth 2, 4.327 s: seeds 0 and 1 of
-   0-2; simulated on v100-abci, `python -m karma.planner_gap`, 2026-12-02).
+   0-2; simulated on v100-abci, `python -m karma.planner_gap`, 2026-12-02). On a
+   short chain searched unit by unit each walk keeps to one prefetch depth
+   (`walk_depths`), so that the depth-2 family is always searched (WRN-28-10:
+   11 of seeds 0-11, 2026-12-04).
 3. Refine: halve the groups (the coarse cuts stay cuts), descend again with
    moves bounded to the neighbourhood of the block edges, until one group is
    one unit. The merged chain's memory is conservative at block units, so
