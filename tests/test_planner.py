@@ -11,7 +11,9 @@ from karma import strategy
 from karma.errors import KarmaError
 from karma.hardware import load
 from karma.plan import Plan, from_policies
-from karma.planner import plan
+from karma.plan_search import INFEASIBLE, Search
+from karma.plan_space import Space
+from karma.planner import WALKS, plan, walk_depths
 from karma.simulate import simulate
 from models.registry import PAPER_SIX
 from tests.chains import chains, exhaustive_best
@@ -353,3 +355,17 @@ def test_a_refined_plan_over_the_capacity_is_repaired_to_the_fastest_neighbour_t
     bounded.cost(incore)
     bounded.descend(incore, budget=len(bounded.cache) + 3)  # the budget bounds the scan of the neighbourhood
     assert len(bounded.cache) <= 1 + 3
+
+
+def test_walks_keep_to_the_deep_prefetch_depths_where_a_plan_fits(tiny_profile):
+    """A short chain's walks (karma.planner.walk_depths): the deepest `WALKS` overlapping depths but the
+    seeds' own, each only where a plan of it fits already; none where no deep prefetch fits (the reach)."""
+    hw = load("v100-abci")
+    search = Search(tiny_profile, hw, hw.device_memory, Space())
+    blocks = ((0, len(tiny_profile.units), "K"),)
+    search.cache.update({(blocks, depth, "resident"): 1.0 for depth in (0, 1, 2, 3, 4)})
+    assert walk_depths(search, Space()) == [2, 3, 4][-WALKS:]
+    assert walk_depths(search, Space(depths=(1, 2, 3, 4, 5, 6))) == [2, 3, 4, 5, 6][-WALKS:]
+    search.cache.update({(blocks, depth, "resident"): INFEASIBLE + 1.0 for depth in (3, 4)})
+    assert walk_depths(search, Space()) == [2]
+    assert walk_depths(search, Space(depths=(0, 1))) == []
