@@ -360,11 +360,14 @@ def test_a_refined_plan_over_the_capacity_is_repaired_to_the_fastest_neighbour_t
 def test_walks_keep_to_the_deep_prefetch_depths_where_a_plan_fits(tiny_profile):
     """A short chain's walks (karma.planner.walk_depths): the deepest `WALKS` overlapping depths but the
     seeds' own, each only where a plan of it fits already; none where no deep prefetch fits (the reach)."""
-    hw = load("v100-abci")
-    search = Search(tiny_profile, hw, hw.device_memory, Space())
-    blocks = ((0, len(tiny_profile.units), "K"),)
+    profile, hw = tiny_profile
+    search = Search(profile, hw, hw.device_memory, Space())
+    blocks = ((0, len(profile.units), "K"),)
     search.cache.update({(blocks, depth, "resident"): 1.0 for depth in (0, 1, 2, 3, 4)})
     assert walk_depths(search, Space()) == [2, 3, 4][-WALKS:]
+    assert walk_depths(search, Space(depths=(0, 1, 2, 3))) == [2, 3]  # not depth 1, the seeds' own
+    assert walk_depths(search, Space(depths=(1, 2, 3, 4, 5, 6))) == [2, 3, 4][-WALKS:]  # 5, 6: none fits yet
+    search.cache.update({(blocks, depth, "resident"): 1.0 for depth in (5, 6)})
     assert walk_depths(search, Space(depths=(1, 2, 3, 4, 5, 6))) == [2, 3, 4, 5, 6][-WALKS:]
     search.cache.update({(blocks, depth, "resident"): INFEASIBLE + 1.0 for depth in (3, 4)})
     assert walk_depths(search, Space()) == [2]
