@@ -79,8 +79,9 @@ from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from karma.hardware import Hardware
-from karma.profile import GradientBytes, Profile, backward_transient, input_gradient_bytes
+from karma.profile import Profile
 from karma.simulate import optimizer_traffic_bytes
+from karma.unit_gradients import GradientBytes, backward_transient, input_gradient_bytes
 
 GB = 1e9
 #: (weights, optimizer): the weight layouts a Plan can express.

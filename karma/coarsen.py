@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from karma.profile import Profile, UnitProfile, backward_transient, output_gradient_bytes
+from karma.profile import Profile, UnitProfile
+from karma.unit_gradients import backward_transient, output_gradient_bytes
 
 
 def merge(profile: Profile, start: int, stop: int) -> UnitProfile:

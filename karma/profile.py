@@ -24,6 +24,7 @@ from functools import cached_property
 from pathlib import Path
 
 from karma.errors import KarmaError, choose, number, read_json, text
+from karma.unit_gradients import GradientBytes, backward_transient, output_gradient_bytes
 
 VERSION = 3
 #: bytes of optimizer state per byte of weights (SGD with momentum: the momentum
@@ -116,40 +117,6 @@ class UnitProfile:
     def recompute_time(self, last: bool = True) -> float:
         """Seconds of recomputing the unit: the last of its segment, or inside one."""
         return self.forward_time + (self.recompute_extra_time if last else self.recompute_inner_extra_time)
-
-
-class GradientBytes:
-    """Weight-gradient bytes a unit's backward creates, in backward order: its own weights' and
-    those of tied weights it uses (owned by an earlier unit). The owner's backward then finds the
-    gradient of its shared weights made already and accumulates into it (GPT's embedding, whose
-    table the head uses: found crediting the unit after the head instead, a layer, on the runtime's
-    Megatron peak)."""
-
-    def __init__(self):
-        self.made_early = 0
-
-    def __call__(self, u) -> float:
-        credit = min(self.made_early, u.shared_param_bytes)
-        self.made_early += u.tied_param_bytes - credit
-        return u.param_bytes + u.tied_param_bytes - credit
-
-
-def output_gradient_bytes(units, i: int) -> float:
-    """Bytes of the gradient of unit i's output, as unit i+1's backward makes it (none for the last
-    unit, which ends in the scalar loss)."""
-    return 0 if i == len(units) - 1 else units[i].output_bytes - units[i + 1].grad_alias_bytes
-
-
-def backward_transient(units, i: int) -> float:
-    """Bytes unit i's backward holds besides saved tensors and weight gradients: its output's
-    gradient, the input gradients it makes (the first unit's input is the batch, which needs none)
-    and its backward workspace."""
-    return output_gradient_bytes(units, i) + input_gradient_bytes(units, i) + units[i].backward_workspace_bytes
-
-
-def input_gradient_bytes(units, i: int) -> float:
-    """Bytes of the input gradients unit i's backward makes (none for the first unit: the batch)."""
-    return 0 if i == 0 else units[i].input_bytes - units[i].grad_reused_bytes
 
 
 #: fields of UnitProfile that may be negative (a backward that frees saved tensors before it peaks; a
@@ -277,15 +244,15 @@ class Profile:
 
     @cached_property
     def storages(self) -> bool:
-        """`has_boundary_storages()`, once per profile."""
-        return self.has_boundary_storages()
+        """Whether boundaries carry several tensors, followed by storage id (layer granularity)."""
+        return any(u.boundary_out for u in self.units)
 
     @cached_property
     def static_terms(self) -> tuple[float, int, int]:
         """(buffer bytes as a float; resident weights with the optimizer on the host, and on the device): the
         static bytes of every plan, by layout (karma/block_bytes.py)."""
         units = self.units
-        return (float(sum(u.buffer_bytes for u in units)), sum(u.param_bytes for u in units),
+        return (float(sum(u.buffer_bytes for u in units)), self.param_bytes(),
                 sum(u.param_bytes + u.optimizer_bytes for u in units))
 
     @cached_property
@@ -326,7 +293,7 @@ class Profile:
 
     def has_boundary_storages(self) -> bool:
         """Whether boundaries carry several tensors, followed by storage id (layer granularity)."""
-        return any(u.boundary_out for u in self.units)
+        return self.storages
 
     def in_core_peak_bytes(self) -> int:
         """Peak device memory of plain (all-resident) training.

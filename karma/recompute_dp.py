@@ -28,7 +28,8 @@ import bisect
 
 import numpy as np
 
-from karma.profile import GradientBytes, Profile, backward_transient, output_gradient_bytes
+from karma.profile import Profile
+from karma.unit_gradients import GradientBytes, backward_transient, output_gradient_bytes
 
 BUCKETS = 250
 

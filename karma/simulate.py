@@ -68,8 +68,9 @@ from karma.hardware import Hardware
 from karma.network import allreduce_time, nodes_for
 from karma.plan import Plan
 from karma.precision import master_bytes
-from karma.profile import OPTIMIZER_STATE_FACTOR, Profile, input_gradient_bytes
+from karma.profile import OPTIMIZER_STATE_FACTOR, Profile
 from karma.schedule import Event, Schedule
+from karma.unit_gradients import input_gradient_bytes
 
 
 @dataclass

@@ -198,7 +198,7 @@ def test_a_merged_group_keeps_its_largest_backward_transient(case, data):
     """The planner searches merged groups: a group's backward must hold what its worst unit holds
     (the first unit's input is the batch, the last ends in the loss: neither has that gradient)."""
     from karma.coarsen import merge
-    from karma.profile import backward_transient
+    from karma.unit_gradients import backward_transient
 
     profile, _, _ = case
     n = len(profile.units)

@@ -112,7 +112,7 @@ def test_gpt_tied_embedding_counted_once():
 def test_a_tied_gradient_is_counted_once_from_its_first_backward_on():
     """The head makes the table's gradient; the layers between make only theirs; the embedding
     accumulates into it (the credit went to the unit after the head, found on the runtime's peak)."""
-    from karma.profile import GradientBytes
+    from karma.unit_gradients import GradientBytes
 
     profile = analytic_profile(build("megatron-1.2b", "tiny", device="meta"), V100)
     grads = GradientBytes()
