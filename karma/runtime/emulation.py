@@ -17,6 +17,7 @@ import pandas as pd
 from karma.hardware import Hardware, load
 from karma.plan import Plan
 from karma.profile import Profile
+from karma.runtime.drift import fit_speed, predictor
 from karma.runtime.execute import StepReport, make_optimizer, train_step
 from karma.runtime.ledger import DeviceOOM, Ledger
 from karma.runtime.link import EmulatedLink, emulated_label
@@ -172,29 +173,31 @@ def measure(runner, plans: dict[str, Plan], repeats: int) -> dict[str, dict]:
     return out
 
 
-def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int) -> None:
-    """Columns of the step-time accuracy within each repeat (karma/regress.py enforces them).
+def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int, predict) -> list[float]:
+    """Columns of the step-time accuracy within each repeat (karma/regress.py enforces them); returns
+    the repeats' speed factors.
 
-    The profile is measured once, before the runs; on this shared machine the speed drifts 10-25%
-    between then and a repeat (FACTS.md), which moves every strategy's measured / predicted alike.
-    Per repeat, `repeat_scale` is the median of measured / predicted over the strategies that ran
-    every repeat (the drift, and any error common to all plans), and `measured_over_predicted_rel`
-    each strategy's ratio over it: how well the model tells the plans apart, which is what planning
-    needs. Both as median, _min and _max over the repeats."""
-    predicted = dict(zip(df.strategy, df.predicted_s, strict=True))
+    The profile is measured once, before the runs; on this shared machine the processor's speed drifts
+    10-25% between then and a repeat (FACTS.md), which moves the plans bound by compute, not those bound
+    by the link (karma/runtime/drift.py). Per repeat, `repeat_scale` is the processor's speed factor at
+    which the median over the strategies that ran every repeat of measured / predicted is 1 (the drift,
+    and any error common to all plans: fit_speed), and `measured_over_predicted_rel` each strategy's
+    measured time over its prediction at that speed: how well the model tells the plans apart, which is
+    what planning needs. Both as median, _min and _max over the repeats. `predict(factor)` gives every
+    planned strategy's simulated time at a speed factor (drift.predictor)."""
     complete = {name: r["times"] for name, r in results.items() if "error" not in r and len(r["times"]) == repeats}
     columns = ("measured_over_predicted_rel", "measured_over_predicted_rel_min", "measured_over_predicted_rel_max",
                "repeat_scale", "repeat_scale_min", "repeat_scale_max")
     for column in columns:
         df[column] = float("nan")
     if not complete or not repeats:
-        return
-    ratios = {name: [t / predicted[name] for t in times] for name, times in complete.items()}
-    scale = [statistics.median(ratios[name][r] for name in ratios) for r in range(repeats)]
-    for name, values in ratios.items():
-        rel = _spread([v / c for v, c in zip(values, scale, strict=True)])
+        return []
+    factors = [fit_speed(predict, {name: times[r] for name, times in complete.items()}) for r in range(repeats)]
+    for name, times in complete.items():
+        rel = _spread([t / predict(f)[name] for t, f in zip(times, factors, strict=True)])
         df.loc[df.strategy == name, list(columns[:3])] = rel
-    df[list(columns[3:])] = _spread(scale)
+    df[list(columns[3:])] = _spread(factors)
+    return factors
 
 
 def validate(profile: Profile, strategies: list[str], capacity: float, rates: Rates, runner,
@@ -242,7 +245,8 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
         df[column] = pd.to_numeric(df[column])
     df["measured_over_predicted"] = df.measured_s / df.predicted_s
     df["peak_measured_over_predicted"] = df.measured_peak_MB / df.predicted_peak_MB
-    _relative_accuracy(df, results, repeats)
+    predict = predictor(profile, hw, planned, plans)
+    factors = _relative_accuracy(df, results, repeats, predict)
     karma = results.get("karma")
     if "karma" in set(df.strategy):
         speedups = {name: None for name in df.strategy}
@@ -254,4 +258,9 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
                                     "karma_speedup_measured_max")):
             df[column] = pd.to_numeric(df.strategy.map(lambda n, i=i: speedups[n][i] if speedups[n] else None))
         df["karma_speedup_predicted"] = df.predicted_s / df[df.strategy == "karma"].predicted_s.iloc[0]
+        # the same at each repeat's processor speed (drift.py), the median over the repeats: what the
+        # measured speedup is compared with (karma/regress.py)
+        at_speed = {name: statistics.median(predict(f)[name] / predict(f)["karma"] for f in factors)
+                    for name in plans} if factors and "karma" in plans else {}
+        df["karma_speedup_predicted_at_speed"] = pd.to_numeric(df.strategy.map(at_speed))
     return df

@@ -27,9 +27,10 @@ with logged(sm):
         "and link (measured). The runtime's peak counts every tensor the step creates until it dies, plus",
         "weights, optimizer state and prefetched copies.",
         "",
-        f"Worst |measured / predicted - 1| of the step time within its repeat (over the repeat's median ratio, "
-        f"columns measured_over_predicted_rel): {within:.3f} (target {STEP_TIME_TARGET}); the repeats' scale, that "
-        f"median (columns repeat_scale), per model: "
+        f"Worst |measured / predicted - 1| of the step time within its repeat (predicted at the processor's speed "
+        f"in that repeat, columns measured_over_predicted_rel): {within:.3f} (target {STEP_TIME_TARGET}); the "
+        f"repeats' speed over the profile's (the speed at which the median of these ratios is 1; columns "
+        f"repeat_scale; karma/runtime/drift.py: drift moves compute, not the link), per model: "
         + ", ".join(f"{model} {scale:.3f}" for model, scale in scales.items())
         + f" (target {STEP_SCALE_TARGET}: this machine drifts 10-25% between the profile and a run, FACTS.md); "
         f"absolute, reported: {worst:.3f}. Of the peak: "

@@ -1,0 +1,84 @@
+"""The processor's speed during a measured repeat, as the performance model sees it.
+
+A runtime table's plans are planned and predicted on a profile measured once, before the runs.
+On this shared machine the processor's speed then drifts 10-25% by the time a repeat runs
+(FACTS.md), and it drifts only what the processor does: the units' compute and the optimizer
+steps (device and host). The emulated link does not (a copy ends at a deadline set by the link's
+bandwidth, karma/runtime/link.py), nor does a real one. So drift moves a plan bound by compute
+(recompute, keep) and one bound by the link (vDNN's swaps) apart: one pipeline run measured
+every Megatron-1.2B recompute plan at 1.06-1.12 of its prediction and vDNN's at 0.98, and KARMA's
+measured speedup over vDNN fell to 0.87 of its prediction, which a uniform scale of every plan's
+prediction cannot tell from a model error.
+
+`fit_speed` finds, per repeat, the factor f on compute times (and 1/f on the optimizer rates) at
+which the median over the strategies of measured / predicted is 1: the drift, in the model's own
+terms. Each strategy's step is then judged against its prediction at that speed
+(karma/runtime/emulation.py), and KARMA's predicted speedups are given at it too. The link's
+bandwidth is the one rate held fixed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import replace
+
+from karma.hardware import Hardware
+from karma.plan import Plan
+from karma.profile import Profile
+from karma.simulate import simulate
+
+#: The speed factors searched: a repeat four times slower or faster than its profile is not drift.
+SLOWEST, FASTEST = 4.0, 0.25
+#: Bisection steps on the factor (its log): 2^-30 of the range, far below the measurements' spread.
+STEPS = 30
+
+
+def at_speed(profile: Profile, hw: Hardware, factor: float) -> tuple[Profile, Hardware]:
+    """`profile` and `hw` with the processor `factor` times slower (below 1: faster): compute times
+    times `factor`, the optimizer steps' rates (device and host, both run by the processor) over it."""
+    units = tuple(replace(u, forward_time=u.forward_time * factor, backward_time=u.backward_time * factor,
+                          recompute_extra_time=u.recompute_extra_time * factor,
+                          recompute_inner_extra_time=u.recompute_inner_extra_time * factor)
+                  for u in profile.units)
+    return (replace(profile, units=units),
+            replace(hw, memory_bw=hw.memory_bw / factor, host_update_bw=hw.host_update_bw / factor))
+
+
+def predictor(profile: Profile, hw: Hardware, capacity: float, plans: dict[str, Plan]) -> Callable:
+    """predict(factor) -> {strategy: simulated seconds at that speed}, memoised per factor."""
+    memo: dict[float, dict[str, float]] = {}
+
+    def predict(factor: float) -> dict[str, float]:
+        if factor not in memo:
+            p, h = at_speed(profile, hw, factor)
+            memo[factor] = {name: simulate(p, plan, h, capacity, record=False).makespan
+                            for name, plan in plans.items()}
+        return memo[factor]
+
+    return predict
+
+
+def fit_speed(predict: Callable, measured: dict[str, float]) -> float:
+    """The factor at which the median over the strategies of measured / predicted is 1 (every
+    prediction grows with the factor, so the median falls: bisection on its log). Clamped to
+    [FASTEST, SLOWEST]."""
+    if not measured:
+        return 1.0
+
+    def median_ratio(factor: float) -> float:
+        times = predict(factor)
+        return statistics.median(measured[name] / times[name] for name in measured)
+
+    lo, hi = FASTEST, SLOWEST
+    if median_ratio(hi) >= 1:
+        return hi
+    if median_ratio(lo) <= 1:
+        return lo
+    for _ in range(STEPS):
+        mid = (lo * hi) ** 0.5
+        if median_ratio(mid) > 1:
+            lo = mid
+        else:
+            hi = mid
+    return (lo * hi) ** 0.5
