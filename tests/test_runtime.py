@@ -307,3 +307,40 @@ def test_a_forks_two_gradients_are_summed_in_place_as_plain_pytorch_sums_them():
     tensor = 4 * n * n
     # at the sum: g and 2 g, c gone: one tensor over the forward's; summed out of place, two
     assert tensor <= ledger.peak - base <= tensor + 1024
+
+
+def test_an_allocation_past_the_capacity_waits_for_the_copies_to_the_host_in_flight():
+    """As CUDA's caching allocator synchronizes with the copies still using freed blocks before it reports out
+    of memory (karma/runtime/ledger.py): with a swap-out in flight whose end frees 60 of the 100 bytes, an
+    allocation of 60 waits for it and fits, and the peak never passes the capacity; with nothing in flight, or
+    on a link worker's thread (which must not wait on its own queue), it is out of memory at once."""
+    import threading
+
+    ledger = Ledger(100)
+    ledger.hold("swapped", 60, "store", "block 0")
+    ledger.expect_release()
+
+    def copy_ends():
+        ledger.release("swapped", "store")
+        ledger.released()
+
+    timer = threading.Timer(0.05, copy_ends)
+    timer.start()
+    ledger.hold("next", 60, "compute", "forward of block 1")
+    timer.join()
+    assert ledger.used == 60 and ledger.peak == 60 and ledger.in_flight == 0 and ledger.waited > 0
+    with pytest.raises(DeviceOOM):
+        ledger.hold("more", 60, "compute", "forward of block 2")
+    ledger.expect_release()
+    failed = []
+
+    def on_a_worker():
+        try:
+            ledger.hold("more", 60, "worker", "prefetch of block 0")
+        except DeviceOOM as err:
+            failed.append(err)
+
+    worker = threading.Thread(target=on_a_worker)
+    worker.start()
+    worker.join()
+    assert failed and ledger.used == 60

@@ -125,14 +125,15 @@ def _spread(values: list[float]) -> tuple[float, float, float]:
 def measure(runner, plans: dict[str, Plan], repeats: int) -> dict[str, dict]:
     """Run every plan `repeats` times, interleaved: repeat r runs each plan once, the order rotated
     by r, so that a machine getting busier or quieter hits every plan alike. Per plan: {"times":
-    one per repeat (median of its timed steps), "peak": the memory steps' peak} or {"error": the
+    one per repeat (median of its timed steps), "peak": the memory steps' peak, "wait": the most seconds a
+    step's allocations waited for copies to the host (karma/runtime/ledger.py)} or {"error": the
     DeviceOOM}.
 
     A runner with `open(plan)` (EmulatedRunner) keeps each plan's session open: one memory step
     (the warm-up) before the first repeat, `runner.steps` timed steps per repeat, one memory step
     after the last. Any other runner (CudaRunner: a process per run) runs whole per repeat."""
     names = list(plans)
-    out: dict[str, dict] = {name: {"times": [], "peak": 0.0} for name in names}
+    out: dict[str, dict] = {name: {"times": [], "peak": 0.0, "wait": 0.0} for name in names}
     sessions = {}
 
     def fail(name, err):
@@ -146,7 +147,8 @@ def measure(runner, plans: dict[str, Plan], repeats: int) -> dict[str, dict]:
             for name in names:
                 try:
                     sessions[name] = runner.open(plans[name])
-                    out[name]["peak"] = sessions[name].step(track=True).peak_bytes
+                    first = sessions[name].step(track=True)
+                    out[name]["peak"], out[name]["wait"] = first.peak_bytes, first.memory_wait
                 except DeviceOOM as err:
                     fail(name, err)
         for r in range(repeats):
@@ -160,11 +162,14 @@ def measure(runner, plans: dict[str, Plan], repeats: int) -> dict[str, dict]:
                         memory, timed = runner(plans[name])
                         out[name]["peak"] = max(out[name]["peak"], memory.peak_bytes)
                     out[name]["times"].append(statistics.median(t.time for t in timed))
+                    out[name]["wait"] = max([out[name]["wait"]] + [t.memory_wait for t in timed])
                 except DeviceOOM as err:
                     fail(name, err)
         for name, session in list(sessions.items()):
             try:
-                out[name]["peak"] = max(out[name]["peak"], session.step(track=True).peak_bytes)
+                last = session.step(track=True)
+                out[name]["peak"] = max(out[name]["peak"], last.peak_bytes)
+                out[name]["wait"] = max(out[name]["wait"], last.memory_wait)
             except DeviceOOM as err:
                 fail(name, err)
     finally:
@@ -240,8 +245,9 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
             continue
         row["measured_s"], row["measured_s_min"], row["measured_s_max"] = _spread(result["times"])
         row["measured_peak_MB"] = result["peak"] / 1e6
+        row["memory_wait_s"] = result.get("wait", 0.0)
     df = pd.DataFrame(rows)
-    for column in ("measured_s", "measured_s_min", "measured_s_max", "measured_peak_MB"):
+    for column in ("measured_s", "measured_s_min", "measured_s_max", "measured_peak_MB", "memory_wait_s"):
         df[column] = pd.to_numeric(df[column])
     df["measured_over_predicted"] = df.measured_s / df.predicted_s
     df["peak_measured_over_predicted"] = df.measured_peak_MB / df.predicted_peak_MB

@@ -48,6 +48,7 @@ class StepReport:
     bytes_d2h: int
     timeline: list[Event] = field(repr=False)
     device: str = ""  # where it was measured, e.g. "cpu-emulated (link 100.0 MB/s)"
+    memory_wait: float = 0.0  # seconds allocations waited for copies to the host to free memory (ledger.py)
 
 
 def make_optimizer(chain: ChainModel, lr: float = 0.01) -> torch.optim.Optimizer | MixedPrecisionOptimizer:
@@ -315,4 +316,4 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
     end = time.perf_counter() - start
     timeline = sorted(compute + link.events, key=lambda e: e.start)
     return StepReport(loss=value, time=end, peak_bytes=ledger.peak, bytes_h2d=link.bytes["h2d"],
-                      bytes_d2h=link.bytes["d2h"], timeline=timeline, device=link.label)
+                      bytes_d2h=link.bytes["d2h"], timeline=timeline, device=link.label, memory_wait=ledger.waited)

@@ -6,6 +6,15 @@ it is, a prefetch. Counting storages, not tensors, counts a tensor saved by
 two units once, as PyTorch's memory would. Going past the capacity raises
 DeviceOOM naming the block, so the runtime never exceeds the memory it was
 given. Thread safe: the link's workers free and allocate too.
+
+An allocation on the compute thread that would go past the capacity while
+copies to the host are in flight (`expect_release`: a swap-out, a checkpoint
+offload) first waits for them to end, as PyTorch's CUDA caching allocator does
+before it reports out of memory (it synchronizes the events of blocks freed
+while a side stream still used them, then retries): when a copy ends relative
+to the compute depends on the processor's speed of the moment, and a run whose
+link lags its plan would otherwise fail where a GPU program only stalls. The
+time waited is counted (`waited`, seconds), and it is in the measured step.
 """
 
 from __future__ import annotations
@@ -20,6 +29,9 @@ from torch.utils._pytree import tree_flatten
 from karma.errors import KarmaError
 from karma.storage_lifetimes import StorageLifetimes, accumulates_gradients
 
+#: Seconds an allocation waits at most for copies to the host to end (a copy that never ends would hang the step).
+COPY_WAIT_LIMIT = 60.0
+
 
 class DeviceOOM(KarmaError):
     """An allocation would exceed the emulated device's capacity."""
@@ -33,8 +45,33 @@ class Ledger:
         self._owners: dict[object, set] = {}
         self._bytes: dict[object, int] = {}
         self._lock = threading.Lock()
+        self._released = threading.Condition(self._lock)
+        self._compute_thread = threading.get_ident()  # the thread that may wait for copies (not a link worker)
+        self.in_flight = 0  # copies to the host whose end frees device memory
+        self.waited = 0.0
         self.start = time.perf_counter() if clock_start is None else clock_start
         self.trace: list[tuple[float, int]] = []
+
+    def expect_release(self) -> None:
+        """A copy to the host is in flight; its end frees memory (`released` when it has ended)."""
+        with self._lock:
+            self.in_flight += 1
+
+    def released(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+            self._released.notify_all()
+
+    def _wait_for_copies(self, nbytes: int) -> None:
+        """On the compute thread, while `nbytes` more would go past the capacity and copies to the host are
+        in flight: wait for them (the lock held on entry and on return)."""
+        if threading.get_ident() != self._compute_thread:
+            return
+        t0 = time.perf_counter()
+        deadline = t0 + COPY_WAIT_LIMIT
+        while self.used + nbytes > self.capacity and self.in_flight and time.perf_counter() < deadline:
+            self._released.wait(timeout=deadline - time.perf_counter())
+        self.waited += time.perf_counter() - t0
 
     def hold(self, key, nbytes: int, owner, where: str) -> None:
         """`owner` holds storage `key` of `nbytes`; allocates it if nobody did."""
@@ -42,8 +79,10 @@ class Ledger:
             owners = self._owners.setdefault(key, set())
             if not owners:
                 if self.used + nbytes > self.capacity:
-                    if not owners:
-                        del self._owners[key]
+                    self._wait_for_copies(nbytes)
+                    owners = self._owners.setdefault(key, set())
+                if not owners and self.used + nbytes > self.capacity:
+                    del self._owners[key]
                     raise DeviceOOM(f"{where}: allocating {nbytes / 1e6:.1f} MB would use "
                                     f"{(self.used + nbytes) / 1e9:.4f} GB of the {self.capacity / 1e9:.4f} GB "
                                     f"emulated device")
@@ -63,6 +102,7 @@ class Ledger:
                 del self._owners[key]
                 self.used -= self._bytes.pop(key)
                 self.trace.append((time.perf_counter() - self.start, self.used))
+                self._released.notify_all()
 
     def release_all(self, owner) -> None:
         for key in [k for k, owners in list(self._owners.items()) if owner in owners]:

@@ -152,7 +152,10 @@ class SavedTensors:
             for key in list(self.keys):
                 self.ledger.release(key, self)
 
-        return link.submit("d2h", self.nbytes, copy, "swap out", self.k, on_end=done)
+        self.ledger.expect_release()  # an allocation past the capacity waits for it (karma/runtime/ledger.py)
+        future = link.submit("d2h", self.nbytes, copy, "swap out", self.k, on_end=done)
+        future.add_done_callback(lambda _future: self.ledger.released())
+        return future
 
     def prefetch(self, link: EmulatedLink, after: Future) -> None:
         """Copy the block back once its swap-out (`after`) is over. Its device storages are taken now,
