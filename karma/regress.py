@@ -33,8 +33,9 @@ each (metric, kind, value, min, max, target, note):
 * ``accuracy``: measured / predicted (step time, peak, the data-parallel naive/pipelined
   ratio). A step time is judged within its repeat (karma/runtime/emulation.py, _relative_accuracy):
   each strategy's time over its prediction at the processor's speed in that repeat (STEP_TIME_TARGET;
-  the speed at which the median of these is 1, karma/runtime/drift.py), and that speed itself, the
-  scale (STEP_SCALE_TARGET, wider: the machine's drift since the profile was measured moves it;
+  the speed at which the median of these is 1, karma/runtime/drift.py), and the repeat's median of
+  measured / predicted, the scale (STEP_SCALE_TARGET, wider: the machine's drift since the profile
+  was measured moves it;
   one pipeline run measured every WRN-28-10 strategy at 0.76-1.05 of its prediction), so that drift
   is not read as a model error and an error on every plan alike still fails. The target the
   tables print (column target) must hold whatever the reference says,
@@ -134,7 +135,7 @@ def _runtime_rows(runtime: pd.DataFrame) -> list[tuple]:
         rows.append((f"runtime/{model}/step_scale_over_predicted", "accuracy",
                      *((_get(first, c) for c in ("repeat_scale", "repeat_scale_min", "repeat_scale_max"))
                        if first is not None else (nan, nan, nan)), STEP_SCALE_TARGET, nan,
-                     "the processor's speed in each repeat over the profile's (karma/runtime/drift.py)"))
+                     "median over the strategies of measured / predicted, per repeat"))
     return rows
 
 

@@ -351,8 +351,10 @@ def test_a_drift_every_strategy_shares_is_the_repeats_scale_and_a_plan_the_model
     results = {"a": {"times": [1.0 * k for k in drift]}, "b": {"times": [2.0 * k for k in drift]},
                "c": {"times": [4.0 * 1.3 * k for k in drift]}, "d": {"error": "OOM"}}
     df = pd.DataFrame({"strategy": list(predicted), "predicted_s": list(predicted.values())})
-    factors = _relative_accuracy(df, results, 3, lambda f: {name: t * f for name, t in predicted.items()})
-    assert factors == pytest.approx(drift)
+    expected = _relative_accuracy(df, results, 3, lambda f: {name: t * f for name, t in predicted.items()})
+    assert [e["a"] for e in expected] == pytest.approx(drift)
+    assert (df.processor_speed_min.iloc[0], df.processor_speed.iloc[0], df.processor_speed_max.iloc[0]) == \
+        pytest.approx((0.9, 1.0, 1.2))
     rel = dict(zip(df.strategy, df.measured_over_predicted_rel, strict=True))
     assert rel["a"] == pytest.approx(1.0) and rel["b"] == pytest.approx(1.0) and rel["c"] == pytest.approx(1.3)
     assert math.isnan(rel["d"])
@@ -363,6 +365,22 @@ def test_a_drift_every_strategy_shares_is_the_repeats_scale_and_a_plan_the_model
     assert rows["runtime/m/step_scale_over_predicted"][2:6] == pytest.approx((1.0, 0.9, 1.2, 0.3))
     assert rows["runtime/m/c/step_over_predicted_within_repeat"][1] == "accuracy"
     assert rows["runtime/m/c/step_measured_over_predicted"][1] == "reported"
+
+
+def test_strategies_the_processor_does_not_move_fall_back_to_one_scale():
+    """Plans all bound by the link (predictions that do not move with the processor's speed): no speed explains
+    a repeat 20% over them (drift.fit_speed gives None), and every prediction is scaled by the repeat's median
+    ratio instead, as before drift.py; their columns processor_speed stay empty."""
+    from karma.runtime.emulation import _relative_accuracy
+
+    predicted = {"a": 1.0, "b": 2.0}
+    results = {"a": {"times": [1.2, 1.2]}, "b": {"times": [2.4, 2.4 * 1.1]}}
+    df = pd.DataFrame({"strategy": list(predicted), "predicted_s": list(predicted.values())})
+    expected = _relative_accuracy(df, results, 2, lambda f: dict(predicted))
+    assert [e["a"] for e in expected] == pytest.approx([1.2, 1.2 * 1.05])
+    rel = dict(zip(df.strategy, df.measured_over_predicted_rel_max, strict=True))
+    assert rel["a"] == pytest.approx(1.0) and rel["b"] == pytest.approx(1.1 / 1.05)
+    assert df.processor_speed.isna().all()
 
 
 def test_a_link_bound_plan_keeps_its_time_when_the_processor_drifts():

@@ -178,31 +178,46 @@ def measure(runner, plans: dict[str, Plan], repeats: int) -> dict[str, dict]:
     return out
 
 
-def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int, predict) -> list[float]:
-    """Columns of the step-time accuracy within each repeat (karma/regress.py enforces them); returns
-    the repeats' speed factors.
+def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int, predict) -> list[dict]:
+    """Columns of the step-time accuracy within each repeat (karma/regress.py enforces them); returns,
+    per repeat, every planned strategy's expected time at that repeat's speed.
 
     The profile is measured once, before the runs; on this shared machine the processor's speed drifts
     10-25% between then and a repeat (FACTS.md), which moves the plans bound by compute, not those bound
-    by the link (karma/runtime/drift.py). Per repeat, `repeat_scale` is the processor's speed factor at
-    which the median over the strategies that ran every repeat of measured / predicted is 1 (the drift,
-    and any error common to all plans: fit_speed), and `measured_over_predicted_rel` each strategy's
-    measured time over its prediction at that speed: how well the model tells the plans apart, which is
-    what planning needs. Both as median, _min and _max over the repeats. `predict(factor)` gives every
-    planned strategy's simulated time at a speed factor (drift.predictor)."""
+    by the link (karma/runtime/drift.py). Per repeat, over the strategies that ran every repeat:
+    `repeat_scale` is the median of measured / predicted (the drift, and any error common to every plan),
+    `processor_speed` the compute speed factor at which that median is 1 (fit_speed), and
+    `measured_over_predicted_rel` each strategy's measured time over its prediction at that speed: how well
+    the model tells the plans apart, which is what planning needs. Where no speed explains the repeat
+    (plans all bound by the link), every prediction is scaled by `repeat_scale` instead. All as median,
+    _min and _max over the repeats. `predict(factor)` gives every planned strategy's simulated time at a
+    speed factor (drift.predictor)."""
     complete = {name: r["times"] for name, r in results.items() if "error" not in r and len(r["times"]) == repeats}
     columns = ("measured_over_predicted_rel", "measured_over_predicted_rel_min", "measured_over_predicted_rel_max",
-               "repeat_scale", "repeat_scale_min", "repeat_scale_max")
+               "repeat_scale", "repeat_scale_min", "repeat_scale_max",
+               "processor_speed", "processor_speed_min", "processor_speed_max")
     for column in columns:
         df[column] = float("nan")
     if not complete or not repeats:
         return []
-    factors = [fit_speed(predict, {name: times[r] for name, times in complete.items()}) for r in range(repeats)]
+    base = predict(1.0)
+    expected, scales, speeds = [], [], []
+    for r in range(repeats):
+        measured = {name: times[r] for name, times in complete.items()}
+        scales.append(statistics.median(t / base[name] for name, t in measured.items()))
+        speed = fit_speed(predict, measured)
+        if speed is None:
+            expected.append({name: t * scales[-1] for name, t in base.items()})
+        else:
+            speeds.append(speed)
+            expected.append(predict(speed))
     for name, times in complete.items():
-        rel = _spread([t / predict(f)[name] for t, f in zip(times, factors, strict=True)])
+        rel = _spread([t / e[name] for t, e in zip(times, expected, strict=True)])
         df.loc[df.strategy == name, list(columns[:3])] = rel
-    df[list(columns[3:])] = _spread(factors)
-    return factors
+    df[list(columns[3:6])] = _spread(scales)
+    if speeds:
+        df[list(columns[6:])] = _spread(speeds)
+    return expected
 
 
 def validate(profile: Profile, strategies: list[str], capacity: float, rates: Rates, runner,
@@ -252,7 +267,7 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
     df["measured_over_predicted"] = df.measured_s / df.predicted_s
     df["peak_measured_over_predicted"] = df.measured_peak_MB / df.predicted_peak_MB
     predict = predictor(profile, hw, planned, plans)
-    factors = _relative_accuracy(df, results, repeats, predict)
+    expected = _relative_accuracy(df, results, repeats, predict)
     karma = results.get("karma")
     if "karma" in set(df.strategy):
         speedups = {name: None for name in df.strategy}
@@ -266,7 +281,7 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
         df["karma_speedup_predicted"] = df.predicted_s / df[df.strategy == "karma"].predicted_s.iloc[0]
         # the same at each repeat's processor speed (drift.py), the median over the repeats: what the
         # measured speedup is compared with (karma/regress.py)
-        at_speed = {name: statistics.median(predict(f)[name] / predict(f)["karma"] for f in factors)
-                    for name in plans} if factors and "karma" in plans else {}
+        at_speed = {name: statistics.median(e[name] / e["karma"] for e in expected)
+                    for name in plans} if expected and "karma" in plans else {}
         df["karma_speedup_predicted_at_speed"] = pd.to_numeric(df.strategy.map(at_speed))
     return df

@@ -28,9 +28,10 @@ with logged(sm):
         "weights, optimizer state and prefetched copies.",
         "",
         f"Worst |measured / predicted - 1| of the step time within its repeat (predicted at the processor's speed "
-        f"in that repeat, columns measured_over_predicted_rel): {within:.3f} (target {STEP_TIME_TARGET}); the "
-        f"repeats' speed over the profile's (the speed at which the median of these ratios is 1; columns "
-        f"repeat_scale; karma/runtime/drift.py: drift moves compute, not the link), per model: "
+        f"in that repeat, the speed at which their median is 1: columns processor_speed, karma/runtime/drift.py, "
+        f"as drift moves compute and not the link; columns measured_over_predicted_rel): {within:.3f} (target "
+        f"{STEP_TIME_TARGET}); the repeats' scale, the median of measured / predicted at the profile's speed "
+        f"(columns repeat_scale), per model: "
         + ", ".join(f"{model} {scale:.3f}" for model, scale in scales.items())
         + f" (target {STEP_SCALE_TARGET}: this machine drifts 10-25% between the profile and a run, FACTS.md); "
         f"absolute, reported: {worst:.3f}. Of the peak: "
