@@ -245,6 +245,9 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
                      "measured_s_max": None, "measured_peak_MB": None,
                      "status": "ok" if sim.feasible else "OOM (simulated)",
                      "rates": rates.describe(),
+                     # exact, to replay the plans from the run's saved profile (karma/runtime/replay.py)
+                     "h2d_Bps": rates.h2d, "d2h_Bps": rates.d2h, "device_optimizer_Bps": rates.memory_bw,
+                     "host_optimizer_Bps": rates.host_update, "planned_capacity_bytes": planned,
                      "source": f"measured on {hw.name}, median of {repeats} interleaved repeats; predicted by the "
                                f"simulator on the measured profile and the rates measured on this machine "
                                f"(column rates)"})

@@ -1,9 +1,11 @@
-# The runtime on this machine: plan on a measured profile, simulate, run, compare.
+# The runtime on this machine: plan on a measured profile, simulate, run, compare. The profile is kept
+# (.profile.json) so that a plan that ran out of memory or missed its prediction can be replayed.
 
 
 rule validate_runtime:
     output:
-        "results/runtime/{model}.csv",
+        csv="results/runtime/{model}.csv",
+        profile="results/runtime/{model}.profile.json",
     log:
         "logs/validate_runtime/{model}.log",
     params:
@@ -25,7 +27,8 @@ rule validate_runtime:
 
 rule validate_reach:
     output:
-        "results/runtime_reach/{model}.csv",
+        csv="results/runtime_reach/{model}.csv",
+        profile="results/runtime_reach/{model}.profile.json",
     log:
         "logs/validate_reach/{model}.log",
     params:

@@ -32,5 +32,6 @@ with logged(sm):
                             sm.params.link_mbs * 1e6, sm.params.steps)
     table = validate(profile, list(sm.params.strategies), capacity, rates, runner, repeats=sm.params.repeats)
     table["model"] = f"{model}-layer"
-    table.to_csv(sm.output[0], index=False)
+    table.to_csv(sm.output.csv, index=False)
+    profile.to_json(sm.output.profile)  # to replay its plans (the capacity and rates are in the table)
     print(to_markdown(table.drop(columns=["source"])))

@@ -38,5 +38,6 @@ with logged(sm):
     print(f"{model} small batch {profile.batch}: {rates.describe()}; capacity {capacity / 1e6:.1f} MB "
           f"({sm.params.fraction} of the in-core {profile.in_core_peak_bytes() / 1e6:.1f} MB)")
     table = validate(profile, list(sm.params.strategies), capacity, rates, runner, repeats=sm.params.repeats)
-    table.to_csv(sm.output[0], index=False)
+    table.to_csv(sm.output.csv, index=False)
+    profile.to_json(sm.output.profile)  # to replay its plans (the capacity and rates are in the table)
     print(to_markdown(table.drop(columns=["source"])))

@@ -1,0 +1,46 @@
+"""Replaying a runtime table's plan from the run's saved profile (karma/runtime/replay.py)."""
+
+import pandas as pd
+import pytest
+
+from karma.errors import KarmaError
+from karma.hardware import load
+from karma.profile import Profile
+from karma.profile_analytic import analytic_profile
+from karma.runtime.emulation import emulated_hardware
+from karma.runtime.rates import Rates
+from karma.runtime.replay import replan, row_of
+from karma.strategy import get
+from models import build
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A profile saved and read back as the rule does, and the row a run of it would write."""
+    profile = analytic_profile(build("megatron-1.2b", "small", 8, device="meta"), load("v100-abci"))
+    path = tmp_path_factory.mktemp("run") / "m.profile.json"
+    profile.to_json(path)
+    rates = Rates(100e6, 100e6, 4e9, 4e9, "emulated")
+    planned = profile.in_core_peak_bytes() * 0.6
+    plan = get("karma")(profile, emulated_hardware(profile, rates, planned), planned)
+    row = {"model": "megatron-1.2b", "batch": 8, "strategy": "karma", "plan": plan.policies(),
+           "capacity_MB": planned / 0.95 / 1e6, "h2d_Bps": rates.h2d, "d2h_Bps": rates.d2h,
+           "device_optimizer_Bps": rates.memory_bw, "host_optimizer_Bps": rates.host_update,
+           "planned_capacity_bytes": planned}
+    return Profile.from_json(path), pd.DataFrame([row])
+
+
+def test_the_saved_profile_and_exact_rates_give_back_the_plan_the_table_ran(run):
+    profile, table = run
+    plan, seconds, peak = replan(profile, row_of(table, "karma"))
+    assert plan.policies() == table.plan.iloc[0] and seconds > 0 and 0 < peak <= table.planned_capacity_bytes.iloc[0]
+
+
+def test_a_replay_that_finds_another_plan_or_lacks_the_rates_says_so(run):
+    profile, table = run
+    with pytest.raises(KarmaError, match="differs"):
+        replan(profile, row_of(table.assign(plan="K|K"), "karma"))
+    with pytest.raises(KarmaError, match="rerun its rule"):
+        row_of(table.drop(columns="h2d_Bps"), "karma")
+    with pytest.raises(KarmaError, match="no row"):
+        row_of(table, "vdnn")
