@@ -97,3 +97,11 @@ class Schedule:
             if first_over is None and level > capacity:
                 first_over, over_by = block, level - capacity
         return peak, first_over, over_by
+
+    def levels(self, base: float) -> list[tuple[float, float]]:
+        """(time, bytes in use) after each allocation or free, in the order `peak` counts them (call it first)."""
+        out, level = [], base
+        for t, _kind, delta, _block in self.mem:
+            level += delta
+            out.append((t, level))
+        return out

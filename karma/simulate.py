@@ -86,6 +86,7 @@ class SimResult:
     bytes_d2h: float
     timeline: list[Event] = field(repr=False)
     reason: str | None = None
+    memory: list[tuple[float, float]] = field(default_factory=list, repr=False)  # (s, bytes) when recorded
 
     @property
     def feasible(self) -> bool:
@@ -372,10 +373,9 @@ def _result(it: _Iteration, end: float, capacity: float) -> SimResult:
         reason = (f"needs {peak / 1e9:.3f} GB, {(peak - capacity) / 1e9:.3f} GB over the {capacity / 1e9:.3f} GB "
                   f"capacity; first over at block {over_block} (units {b.start}..{b.stop - 1}, {b.policy})")
     h2d, d2h = _link_bytes(it)
-    return SimResult(
-        time=None if reason else end, makespan=end, peak_bytes=peak, capacity=capacity, busy=dict(s.busy),
-        bytes_h2d=h2d, bytes_d2h=d2h, timeline=s.timeline, reason=reason,
-    )
+    return SimResult(time=None if reason else end, makespan=end, peak_bytes=peak, capacity=capacity, busy=dict(s.busy),
+                     bytes_h2d=h2d, bytes_d2h=d2h, timeline=s.timeline, reason=reason,
+                     memory=s.levels(by.static) if s.record else [])
 
 
 def _link_bytes(it: _Iteration) -> tuple[float, float]:

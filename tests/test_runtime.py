@@ -164,6 +164,30 @@ def test_validate_compares_every_strategy_with_its_prediction():
     assert table.rates.str.contains("host optimizer").all()
 
 
+def test_validate_writes_a_table_when_every_plan_runs_out():
+    """A run in which every planned strategy ran out of the emulated device (the reach case's one plan that fits
+    did, in a pipeline run) is a table of such rows, not a crash of the rule."""
+    from karma.hardware import load
+    from karma.profile_analytic import analytic_profile
+    from karma.runtime.emulation import validate
+    from karma.runtime.rates import Rates
+
+    class OutOfMemory:
+        steps = 1
+
+        def where(self):
+            return "nowhere"
+
+        def __call__(self, plan):
+            raise DeviceOOM("forward of block 0: over")
+
+    profile = analytic_profile(build("wrn28-10", "tiny", 8, device="meta"), load("v100-abci"))
+    table = validate(profile, ["karma"], profile.in_core_peak_bytes(), Rates(1e8, 1e8, 1e9, 1e9, "emulated"),
+                     OutOfMemory())
+    assert list(table.status) == ["OOM (measured): forward of block 0: over"]
+    assert table.measured_s.isna().all() and table.memory_wait_s.isna().all()
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_the_host_optimizer_rate_is_measured_with_the_runtimes_optimizer(optimizer):
     """Bytes touched per second by one host thread; Adam touches 7 values per weight, SGD 5, so a

@@ -242,7 +242,7 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
         rows.append({"model": profile.model, "batch": profile.batch, "strategy": name, "plan": plan.policies(),
                      "predicted_s": sim.time, "predicted_peak_MB": sim.peak_bytes / 1e6,
                      "capacity_MB": capacity / 1e6, "repeats": repeats, "measured_s": None, "measured_s_min": None,
-                     "measured_s_max": None, "measured_peak_MB": None,
+                     "measured_s_max": None, "measured_peak_MB": None, "memory_wait_s": None,
                      "status": "ok" if sim.feasible else "OOM (simulated)",
                      "rates": rates.describe(),
                      # exact, to replay the plans from the run's saved profile (karma/runtime/replay.py)

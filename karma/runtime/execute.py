@@ -195,7 +195,16 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
                 x = m(x)
             return chain.loss(x, targets) if last else x
 
-        return fn, mods
+        def handed(holder: list):
+            """fn of the input `holder` hands over: the step keeps no reference to it, so the block's first unit
+            is its last reader unless a unit saved it (a plain forward's lifetime, as karma/simulate.py counts;
+            an argument passed to fn would live on the caller's stack until fn returns)."""
+            x = holder.pop()
+            for m in mods:
+                x = m(x)
+            return chain.loss(x, targets) if last else x
+
+        return fn, handed, mods
 
     def issue_prefetch(j: int) -> None:
         if streamed:
@@ -269,13 +278,17 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
                         uploads[k + depth] = optimizer.upload(k + depth, link, ledger)
                 tracker.where = f"forward of block {k}"
                 t0 = time.perf_counter()
-                fn, mods = block_fn(k)
+                fn, handed, mods = block_fn(k)
                 # A timed step on the emulated device skips the accounting of what kept blocks save (their
                 # memory is the memory step's to measure): Python pack hooks on every saved tensor cost ~2%.
                 hooked = track or stores[k].swap or streamed
                 with torch.autograd.graph.saved_tensors_hooks(stores[k].pack, stores[k].unpack) if hooked \
                         else contextlib.nullcontext():
-                    out = checkpointed(fn, mods, x) if b.policy == "recompute" else fn(x)
+                    if b.policy == "recompute":  # checkpoint holds its inputs through the segment (its checkpoint)
+                        out = checkpointed(fn, mods, x)
+                    else:
+                        holder, x = [x], None
+                        out = handed(holder)
                 if stores[k].swap:
                     swapped[k] = stores[k].swap_out(link)
                 record("forward", k, t0)
@@ -285,7 +298,7 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
                 if roots and k < nb - 1:  # the block's backward starts with the first gradient of its output
                     torch.autograd.graph.register_multi_grad_hook(roots, on_block_backward(k), mode="any")
                 del roots
-                x = out
+                x, out = out, None  # one reference to the boundary: the next block takes it over
         loss = x
         value = loss.detach().item()
         for j in range(nb - 1, max(nb - 1 - depth, -1), -1):
