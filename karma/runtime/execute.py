@@ -190,21 +190,16 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
         mods = [units[i] for i in blocks[k].units]
         last = k == nb - 1
 
-        def fn(x):
-            for m in mods:
-                x = m(x)
-            return chain.loss(x, targets) if last else x
-
         def handed(holder: list):
-            """fn of the input `holder` hands over: the step keeps no reference to it, so the block's first unit
-            is its last reader unless a unit saved it (a plain forward's lifetime, as karma/simulate.py counts;
-            an argument passed to fn would live on the caller's stack until fn returns)."""
+            """The block's forward of the input `holder` hands over: the step keeps no reference to it, so the
+            block's first unit is its last reader unless a unit saved it (a plain forward's lifetime, as
+            karma/simulate.py counts; an argument would live on the caller's stack until the call returns)."""
             x = holder.pop()
             for m in mods:
                 x = m(x)
             return chain.loss(x, targets) if last else x
 
-        return fn, handed, mods
+        return handed, mods
 
     def issue_prefetch(j: int) -> None:
         if streamed:
@@ -278,14 +273,14 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
                         uploads[k + depth] = optimizer.upload(k + depth, link, ledger)
                 tracker.where = f"forward of block {k}"
                 t0 = time.perf_counter()
-                fn, handed, mods = block_fn(k)
+                handed, mods = block_fn(k)
                 # A timed step on the emulated device skips the accounting of what kept blocks save (their
                 # memory is the memory step's to measure): Python pack hooks on every saved tensor cost ~2%.
                 hooked = track or stores[k].swap or streamed
                 with torch.autograd.graph.saved_tensors_hooks(stores[k].pack, stores[k].unpack) if hooked \
                         else contextlib.nullcontext():
                     if b.policy == "recompute":  # checkpoint holds its inputs through the segment (its checkpoint)
-                        out = checkpointed(fn, mods, x)
+                        out = checkpointed(lambda t, run=handed: run([t]), mods, x)  # bound now: run again later
                     else:
                         holder, x = [x], None
                         out = handed(holder)
