@@ -76,12 +76,11 @@ class Ledger:
     def hold(self, key, nbytes: int, owner, where: str) -> None:
         """`owner` holds storage `key` of `nbytes`; allocates it if nobody did."""
         with self._lock:
+            if not self._owners.get(key) and self.used + nbytes > self.capacity:
+                self._wait_for_copies(nbytes)  # (another thread may allocate `key` meanwhile)
             owners = self._owners.setdefault(key, set())
             if not owners:
                 if self.used + nbytes > self.capacity:
-                    self._wait_for_copies(nbytes)
-                    owners = self._owners.setdefault(key, set())
-                if not owners and self.used + nbytes > self.capacity:
                     del self._owners[key]
                     raise DeviceOOM(f"{where}: allocating {nbytes / 1e6:.1f} MB would use "
                                     f"{(self.used + nbytes) / 1e9:.4f} GB of the {self.capacity / 1e9:.4f} GB "

@@ -12,7 +12,6 @@ memory steps on the emulated device, printing the peak of each against the predi
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -47,7 +46,7 @@ def replan(profile: Profile, row: pd.Series) -> tuple[Plan, float, float]:
     if plan.policies() != row.plan:
         raise KarmaError(f"the replanned {row.strategy} plan differs from the one the table ran:\n"
                          f"  {plan.policies()}\n  {row.plan}")
-    sim = simulate(profile, plan, replace(hw, name="replay"), planned)
+    sim = simulate(profile, plan, hw, planned)
     return plan, sim.makespan, sim.peak_bytes
 
 
@@ -66,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     profile = Profile.from_json(Path(args.table).with_suffix(".profile.json"))
     plan, seconds, peak = replan(profile, row)
     print(f"{row.model} {row.strategy}: {plan.policies()}\npredicted {seconds:.3f} s, peak {peak / 1e6:.2f} MB "
-          f"of {row.capacity_MB:.2f} MB (simulated on the run's profile)")
+          f"of {row.capacity_MB:.2f} MB (simulated on the run's profile and rates)")
     model = row.model.removesuffix(LAYER)
     granularity = {"granularity": "layer"} if row.model.endswith(LAYER) else {}
     for step in range(args.steps):
@@ -74,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
             memory, _ = run_steps(build(model, profile.size, int(row.batch), seed=1, **granularity), plan,
                                   row.capacity_MB * 1e6, row.h2d_Bps, 0)
             print(f"step {step}: peak {memory.peak_bytes / 1e6:.2f} MB ({memory.peak_bytes / peak:.3f} of the "
-                  f"prediction), waited {memory.memory_wait:.3f} s for copies (measured, emulated device)")
+                  f"prediction), waited {memory.memory_wait:.3f} s for copies (measured on {memory.device})")
         except DeviceOOM as err:
             print(f"step {step}: out of memory: {err}")
 

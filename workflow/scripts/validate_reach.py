@@ -30,7 +30,7 @@ with logged(sm):
           f"{len(profile.units)} layer units; in-core {blocks.in_core_peak_bytes() / 1e6:.1f} MB; {rates.describe()}")
     runner = EmulatedRunner(lambda: build(model, "small", batch, seed=1, granularity="layer"), capacity,
                             sm.params.link_mbs * 1e6, sm.params.steps)
-    profile.to_json(sm.output.profile)  # to replay its plans (karma/runtime/replay.py), kept if a run fails
+    profile.to_json(sm.output.profile)  # to replay its plans (karma/runtime/replay.py); before the runs
     table = validate(profile, list(sm.params.strategies), capacity, rates, runner, repeats=sm.params.repeats)
     table["model"] = f"{model}-layer"
     table.to_csv(sm.output.csv, index=False)

@@ -37,7 +37,7 @@ with logged(sm):
         runner = EmulatedRunner(lambda: build(model, "small", batch, seed=1), capacity, link, sm.params.steps)
     print(f"{model} small batch {profile.batch}: {rates.describe()}; capacity {capacity / 1e6:.1f} MB "
           f"({sm.params.fraction} of the in-core {profile.in_core_peak_bytes() / 1e6:.1f} MB)")
-    profile.to_json(sm.output.profile)  # to replay its plans (karma/runtime/replay.py), kept if a run fails
+    profile.to_json(sm.output.profile)  # to replay its plans (karma/runtime/replay.py); before the runs
     table = validate(profile, list(sm.params.strategies), capacity, rates, runner, repeats=sm.params.repeats)
     table.to_csv(sm.output.csv, index=False)
     print(to_markdown(table.drop(columns=["source"])))
