@@ -36,7 +36,12 @@ weight layouts), coarse to fine:
    can count less than the finer chain (ResNet-50 b656: 0.9 GB, not yet
    found why), so a refined plan over the capacity is repaired to its
    fastest neighbour that fits (`Search.descend`).
-4. Polish at one group per unit: the exact recompute-only plans of least
+4. On a chain of more units than groups but at most `UNIT_WALK_UNITS`, walk
+   unit by unit (`unit_walks`): annealing walks over the whole unit-level
+   neighbourhood from the refined plan, where the coarse groups are too
+   coarse for the plan's structure (Megatron-1.2B: swaps, kept runs and
+   recompute placed layer by layer, two layers a group).
+5. Polish at one group per unit: the exact recompute-only plans of least
    recompute time (karma/recompute_dp.py, a dynamic program over the chain,
    under the resident and the streamed layouts' memory) are simulated and
    descended from too (on a short chain by steepest descent with combined
@@ -103,6 +108,18 @@ DEPTH_WALK_UNITS = 24
 #: Where no plan of the coarse chain fits, the search runs again from these multiples of the groups
 #: (4x as well found no faster plan on ResNet-50 b1440, auto units, and cost 17 CPU s more).
 REACH_GROUPS = (2,)
+#: A chain of more units than coarse groups but at most this many (Megatron-1.2B's 42; not ResNet-200's 68,
+#: whose coarse search its walks would starve) ends its search in `UNIT_WALKS` annealing walks unit by unit,
+#: from the refined plan, each from the best found so far, sharing `UNIT_WALK_WORK` units simulated; its
+#: coarse search gets `UNIT_WALK_COARSE` of its budget. A coarse group of Megatron-1.2B is two identical
+#: layers, and its best plans place swaps, kept runs and recompute layer by layer: refined from the coarse
+#: search alone, 1.797-1.848 s over seeds 0-5; with the walks 1.791-1.811 (simulated on v100-abci,
+#: `python -m karma.planner_gap`, 2026-12-05; docs/measurements/README.md). ResNet-200's seeds with the
+#: walks and a fifth of the coarse budget: 1.373-1.398 s, against 1.364-1.376 without.
+UNIT_WALK_UNITS = 64
+UNIT_WALKS = 3
+UNIT_WALK_WORK = 300_000
+UNIT_WALK_COARSE = 0.2
 
 
 def coarse_search(profile: Profile, hw: Hardware, capacity: float, space: Space, budget: int,
@@ -209,6 +226,18 @@ def retiled(search: Search, coarse: Search, cuts: list[tuple[int, int]]) -> list
     return [new for state in dict.fromkeys(sources) for new in retile(search, state, chains)]
 
 
+def unit_walks(search: Search, state: State, budget: int, seed: int) -> State:
+    """`UNIT_WALKS` annealing walks over the whole unit-level neighbourhood (`search`'s memo, without its
+    bound on split points or its first-improvement descent), each from the fastest plan found so far,
+    sharing `budget` plans simulated."""
+    walker = replace(search, near=None, first=False)
+    for walk in range(UNIT_WALKS):
+        found = walker.anneal(state, len(walker.cache) + budget // UNIT_WALKS, seed * UNIT_WALKS + walk)
+        if walker.cost(found) < walker.cost(state):
+            state = found
+    return state
+
+
 def frugal_state(n: int, space: Space) -> State:
     """Every one of `n` units swapped on its own, copied back on demand, weights streamed where the
     space has these: a plan of little device memory when no single layer's backward can share the
@@ -288,9 +317,10 @@ class _Searched:
 def _search(profile: Profile, hw: Hardware, capacity: float, space: Space, cuts: list[tuple[int, int]],
             work: float, seed: int) -> _Searched:
     """Coarse search over the groups `cuts`, refined to units and polished (the module docstring)."""
-    groups = len(cuts)
+    groups, n = len(cuts), len(profile.units)
+    walked = groups < n <= UNIT_WALK_UNITS
     # a chain much longer than the groups spends more on its refinement levels and its polish
-    coarse_work = COARSE_WORK * min(1.0, 4 * groups / len(profile.units))
+    coarse_work = COARSE_WORK * min(1.0, 4 * groups / n) * (UNIT_WALK_COARSE if walked else 1.0)
     state, search = coarse_search(coarsen(profile, cuts), hw, capacity, space,
                                   budget=int(work * min(coarse_work / len(cuts), COARSE_PLANS)), seed=seed,
                                   by_depth=len(cuts) == len(profile.units) <= DEPTH_WALK_UNITS)
@@ -298,7 +328,6 @@ def _search(profile: Profile, hw: Hardware, capacity: float, space: Space, cuts:
     coarse_fits = search.cost(state) < INFEASIBLE
     evaluations = [len(search.cache)]
     frugal = search.frugal()
-    n = len(profile.units)
     while len(cuts) < n:
         finer = halve(profile, cuts)
         state = refine_state(state, cuts, finer)
@@ -308,6 +337,8 @@ def _search(profile: Profile, hw: Hardware, capacity: float, space: Space, cuts:
         state = search.descend(state, budget)
         evaluations.append(len(search.cache))
         frugal = min(frugal, search.frugal())
+    if walked:
+        state = unit_walks(search, state, int(work * UNIT_WALK_WORK / n), seed)
     if len(search.profile.units) == n:
         more = retiled(search, coarse, coarse_cuts) + [frugal_state(n, space)]
         state = polish(state, search, profile, capacity, space, budget=int(work * SEED_WORK / n), more=more)

@@ -372,3 +372,22 @@ def test_walks_keep_to_the_deep_prefetch_depths_where_a_plan_fits(tiny_profile):
     search.cache.update({(blocks, depth, "resident"): INFEASIBLE + 1.0 for depth in (3, 4)})
     assert walk_depths(search, Space()) == [2]
     assert walk_depths(search, Space(depths=(0, 1))) == []
+
+
+@SETTINGS
+@given(chains(min_units=2, max_units=8))
+def test_unit_walks_end_no_slower_than_they_start_and_are_seeded(case):
+    """karma.planner.unit_walks (a chain of more units than coarse groups, Megatron-1.2B's): from a plan
+    that fits, the walks return one that fits and is no slower, the same one for the same seed."""
+    from karma.planner import unit_walks
+
+    profile, hw, capacity = case
+    n = len(profile.units)
+    start = (tuple((i, i + 1, "R") for i in range(n)), 1, "resident")
+    search = Search(profile, hw, capacity, Space(), near=2, first=True)
+    if search.cost(start) >= INFEASIBLE:
+        return
+    found = unit_walks(search, start, 300, seed=3)
+    assert search.cost(found) <= search.cost(start)
+    again = Search(profile, hw, capacity, Space(), near=2, first=True)
+    assert unit_walks(again, start, 300, seed=3) == found
