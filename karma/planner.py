@@ -257,7 +257,8 @@ def polish(state: State, search: Search, profile: Profile, capacity: float, spac
     if len(profile.units) <= SHORT_CHAIN:  # from every start, and the state found
         search, starts = replace(search, first=False, combos=True), None  # the same memo
         more = [state] + list(more or [])
-    for seed_state in sorted(set(exact_seeds(search, profile, capacity, space) + (more or [])),
+    # (ordered: a set's order of equally fast starts changed with the process's string hashes, and so the plan)
+    for seed_state in sorted(dict.fromkeys(exact_seeds(search, profile, capacity, space) + (more or [])),
                              key=search.cost)[:starts]:
         found = search.descend(seed_state, len(search.cache) + budget)
         if search.cost(found) < search.cost(best):
