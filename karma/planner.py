@@ -115,7 +115,8 @@ REACH_GROUPS = (2,)
 #: layers, and its best plans place swaps, kept runs and recompute layer by layer: refined from the coarse
 #: search alone, 1.797-1.848 s over seeds 0-5; with the walks 1.791-1.811 (simulated on v100-abci,
 #: `python -m karma.planner_gap`, 2026-12-05; docs/measurements/README.md). ResNet-200's seeds with the
-#: walks and a fifth of the coarse budget: 1.373-1.398 s, against 1.364-1.376 without.
+#: walks and a fifth of the coarse budget: 1.373-1.398 s, against 1.364-1.376 without. ResNet-50 at batch
+#: 1440, auto units (61), beyond the reach of merged groups: 15.86 s, was 17.32 (the reach case's table).
 UNIT_WALK_UNITS = 64
 UNIT_WALKS = 3
 UNIT_WALK_WORK = 300_000
@@ -273,7 +274,8 @@ def plan(profile: Profile, hw: Hardware, capacity: float, space: Space | None = 
     Where no plan of the coarse chain fits (beyond the reach of merged groups: a group's backward alone
     exceeds the capacity), the search runs again from REACH_GROUPS times the groups and the fastest plan
     found wins: which coarse cut refines into the best plan there is not monotone in the groups (ResNet-50
-    at batch 1440, auto units, v100-abci: 21.96 s from 24 groups, 17.47 from 48, none faster from 61)."""
+    at batch 1440, auto units, v100-abci: 21.96 s from 24 groups, 17.47 from 48, none faster from 61, on
+    2026-12-03; with the unit walks, 15.89 and 15.86 s, 2026-12-05)."""
     space = space or Space()
     n = len(profile.units)
     # a layer chain's coarse groups are whole residual blocks (up to twice `groups` of them): ResNet-50's 37
