@@ -269,7 +269,7 @@ class Profile:
 
     def activation_bytes(self) -> int:
         """Bytes saved for backward by a whole forward pass, each storage once."""
-        if self.has_boundary_storages():
+        if self.storages:
             from karma.block_bytes import storage_bytes_of
 
             size = storage_bytes_of(self)
@@ -291,10 +291,6 @@ class Profile:
         return [buffers + u.saved_bytes + backward_transient(self.units, i) + 2 * u.param_bytes
                 for i, u in enumerate(self.units)]
 
-    def has_boundary_storages(self) -> bool:
-        """Whether boundaries carry several tensors, followed by storage id (layer granularity)."""
-        return self.storages
-
     def in_core_peak_bytes(self) -> int:
         """Peak device memory of plain (all-resident) training.
 
@@ -307,7 +303,7 @@ class Profile:
         With boundary storages (layer granularity) it is the simulated peak of keeping every
         unit, which follows each storage (karma/boundary_memory.py).
         """
-        if self.has_boundary_storages():
+        if self.storages:
             from karma.hardware import load
             from karma.plan import from_policies
             from karma.simulate import simulate
