@@ -52,6 +52,11 @@ weight layouts), coarse to fine:
    copies back on demand, weights streamed) is a seed too: at the reach the merged
    chain fits nowhere, and the descent from an infeasible state need not find the
    few plans that fit (ResNet-50 at batch 1440, layer units: 15.03 GB of 16).
+6. Grow swaps (karma/plan_dp.py `grow_swaps`): swap the head of the longest
+   kept runs of the polished plan, one unit, then two, four..., each swap set
+   re-tiled exactly, while that is faster. A swap that frees memory for kept
+   units pays only once the recompute segments around it move too, which
+   the descents' one-edge moves do not reach (ResNet-1001: 0.76388 -> 0.76118 s).
 
 The budgets count simulated units, not plans, so that a step costs the same
 time at every level. Every plan comes from this search; no other strategy's
@@ -67,7 +72,7 @@ from karma.coarsen import balanced_groups, block_groups, clean_cuts, coarsen, ha
 from karma.errors import KarmaError
 from karma.hardware import Hardware
 from karma.plan import Plan
-from karma.plan_dp import retile, swap_sets
+from karma.plan_dp import grow_swaps, retile, swap_sets
 from karma.plan_search import INFEASIBLE, Search
 from karma.plan_space import LAYOUTS, Space, State, refine_state, seeds, to_plan
 from karma.profile import Profile
@@ -93,6 +98,15 @@ SHORT_CHAIN = 6
 #: Re-tiled swap sets per search, at most, and the bound on their n^2 dynamic-program cost.
 RETILE_STARTS = 5
 RETILE_WORK = 5 * 128**2
+#: On a chain too long for that bound, re-tiling considers recompute segments of at most `RETILE_SEGMENT`
+#: units (the program's cost grows with the chain times the longest segment; ResNet-1001's 335 units: about
+#: 0.1 s a program, where the unbounded one takes 0.5 s), from `RETILE_LONG_STARTS` sources per search. Its
+#: long search's plan is of host-checkpoint segments of 3-9 units; the unbounded program, indifferent
+#: to the length of segments of equal recompute time, tiles them 77 units long, whose recompute the
+#: prefetches beside it push over the capacity (re-tiled around that plan's swap blocks: 0.78666 s unbounded,
+#: 0.75795 at 10 units; simulated on v100-abci, 2026-12-05).
+RETILE_SEGMENT = 10
+RETILE_LONG_STARTS = 2
 #: The exact recompute-only program runs over at most this many runs of units (its time grows with the
 #: square of the chain: 1.3 s at 512 units, over a minute at ResNet-1001's 3339 layer units, 2026-12-02);
 #: above every paper model's block chain (ResNet-1001: 335 units), so their plans are unchanged.
@@ -219,13 +233,19 @@ def retiled(search: Search, coarse: Search, cuts: list[tuple[int, int]]) -> list
     """The fastest plans of the coarse and the unit-level search with distinct swap blocks, re-tiled
     exactly around them (karma/plan_dp.py); none on a chain so long that the program is slow."""
     n = len(search.profile.units)
-    starts = min(RETILE_STARTS, RETILE_WORK // n**2)
+    longest = longest_segment(n)
+    starts = min(RETILE_STARTS, RETILE_WORK // n**2) if longest is None else RETILE_LONG_STARTS
     if not starts:
         return []
     units = [(i, i + 1) for i in range(n)]
     sources = [refine_state(s, cuts, units) for s in swap_sets(coarse, starts)] + swap_sets(search, starts)
     chains: dict = {}
-    return [new for state in dict.fromkeys(sources) for new in retile(search, state, chains)]
+    return [new for state in dict.fromkeys(sources) for new in retile(search, state, chains, longest)]
+
+
+def longest_segment(n: int) -> int | None:
+    """The longest recompute segment a re-tiling of an `n`-unit chain considers (None: any)."""
+    return None if n**2 <= RETILE_WORK else RETILE_SEGMENT
 
 
 def unit_walks(search: Search, state: State, budget: int, seed: int) -> State:
@@ -346,6 +366,7 @@ def _search(profile: Profile, hw: Hardware, capacity: float, space: Space, cuts:
     if len(search.profile.units) == n:
         more = retiled(search, coarse, coarse_cuts) + [frugal_state(n, space)]
         state = polish(state, search, profile, capacity, space, budget=int(work * SEED_WORK / n), more=more)
+        state = grow_swaps(search, state, {}, longest_segment(n))
         frugal = min(frugal, search.frugal())
     best = to_plan(profile, cuts, state)
     result = simulate(profile, best, hw, capacity, record=False)

@@ -44,6 +44,7 @@ class Chain:
         self.last = [u.recompute_time(True) for u in units]  # the last of its segment
         self.inner = [u.recompute_time(False) for u in units]  # inside it
         self.saved = [float(u.saved_bytes) for u in units]
+        self.forward = np.concatenate([[0.0], np.cumsum([u.forward_time for u in units])])  # prefix sums
         self.shared = [float(profile.shared_boundary_bytes(i)) for i in range(n)]  # between i and i+1
         self.ws = [float(u.workspace_bytes) for u in units]
         self.trans = [float(backward_transient(units, i)) for i in range(n)]
@@ -127,12 +128,16 @@ def _push(parts: list, front, room: float, add: float, time: float) -> None:
 
 
 def solve(chain: Chain, budget: float, swaps: tuple[tuple[int, int], ...] = (),
-          host_checkpoints: bool = False) -> list[tuple[int, int, str]] | None:
+          host_checkpoints: bool = False, copy_rate: float | None = None,
+          longest: int | None = None) -> list[tuple[int, int, str]] | None:
     """Blocks (start, stop, kind) of least recompute time whose modelled peak fits `budget`
     bytes (the device memory less the layout's static bytes), or None. Kinds: 'K' (one block
     per kept unit), 'R'; with `host_checkpoints`, 'r' (the checkpoint on the host: it retains
     nothing, its copy is taken as hidden). `swaps`: (start, stop) blocks pinned as 'S', which
-    retain nothing (their copies are taken as hidden; the planner simulates the result)."""
+    retain nothing (their copies are taken as hidden; the planner simulates the result).
+    `copy_rate` (bytes/s to the host): an 'r' segment only where its checkpoint's copy out takes no
+    longer than the segment's forward, which it overlaps (the simulator's forward `depth` blocks on
+    waits for it). `longest`: segments of at most that many units (see karma/plan_dp.py)."""
     n = chain.n
     if budget <= 0:
         return None
@@ -166,9 +171,11 @@ def solve(chain: Chain, budget: float, swaps: tuple[tuple[int, int], ...] = (),
             peak, kept = chain.keep(a, flag == 1)
             push(a + 1, 1, peak, kept, 0.0)
             stop = walls[bisect.bisect_right(walls, a)]
+            if longest is not None:
+                stop = min(stop, a + longest)
             for b, peak, ckpt, time in chain.segments(a, flag == 1, budget, stop):
                 push(b, 0, peak, ckpt, time)
-                if host_checkpoints:
+                if host_checkpoints and (copy_rate is None or ckpt / copy_rate <= chain.forward[b] - chain.forward[a]):
                     push(b, 3, peak, 0.0, time)
     ends = [(f[1].min(), flag, int(f[1].argmin())) for flag, f in enumerate(fronts[n]) if f is not None]
     if not ends:
