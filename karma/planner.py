@@ -53,10 +53,11 @@ weight layouts), coarse to fine:
    chain fits nowhere, and the descent from an infeasible state need not find the
    few plans that fit (ResNet-50 at batch 1440, layer units: 15.03 GB of 16).
 6. Grow swaps (karma/plan_dp.py `grow_swaps`): swap the head of the longest
-   kept runs of the polished plan, one unit, then two, four..., each swap set
-   re-tiled exactly, while that is faster. A swap that frees memory for kept
-   units pays only once the recompute segments around it move too, which
-   the descents' one-edge moves do not reach (ResNet-1001: 0.76388 -> 0.76118 s).
+   kept runs of the polished plan, one unit, then two, four..., then single
+   recomputed units, each swap set re-tiled exactly, kept while faster. A swap
+   that frees memory for kept units pays only once the recompute segments
+   around it move too, which the descents' one-edge moves do not reach
+   (ResNet-1001: 0.76388 -> 0.76118 -> 0.75880 s, simulated on v100-abci).
 
 The budgets count simulated units, not plans, so that a step costs the same
 time at every level. Every plan comes from this search; no other strategy's
