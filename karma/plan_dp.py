@@ -107,15 +107,8 @@ def swap_sets(search: Search, limit: int) -> list[State]:
 
 def kept_runs(blocks: Blocks) -> list[tuple[int, int]]:
     """Maximal runs of kept units (start, stop), longest first (the earlier of equal ones first)."""
-    runs: list[list[int]] = []
-    for a, b, k in blocks:
-        if k != "K":
-            continue
-        if runs and runs[-1][1] == a:
-            runs[-1][1] = b
-        else:
-            runs.append([a, b])
-    return sorted(((a, b) for a, b in runs), key=lambda r: (r[0] - r[1], r[0]))
+    runs = [(a, b) for a, b, k in merge_kept(blocks, set()) if k == "K"]
+    return sorted(runs, key=lambda r: (r[0] - r[1], r[0]))
 
 
 def with_swap(blocks: Blocks, a: int, b: int) -> Blocks:
@@ -179,6 +172,7 @@ def spread(count: int) -> list[float]:
 
 
 def _faster(search: Search, shape: State, chains: dict[str, Chain], longest: int | None, best: State) -> State | None:
-    """The fastest re-tiling of `shape`'s swap blocks (host checkpoints only), if faster than `best`."""
+    """The fastest re-tiling of `shape`'s swap blocks (the program with host checkpoints where the space
+    has them, else without), if faster than `best`."""
     found = min(retile(search, shape, chains, longest, device_checkpoints=False), key=search.cost, default=None)
     return found if found is not None and search.cost(found) < search.cost(best) - 1e-12 else None
