@@ -30,6 +30,8 @@ TRIES = 4
 GROW_RUNS = 2
 GROW_TRIES = 6
 GROW_SINGLES = 4
+#: Lengths the kept runs of a re-tiled plan are cut into too.
+KEPT_LENGTHS = (16, 32, 48)
 
 
 def static_bytes(search: Search, layout: str) -> float:
@@ -82,7 +84,8 @@ def _retile(search: Search, chain: Chain, swaps, cuts: set[int], layout: str, ho
         if tiles is None:
             return []
         tiles = tuple(tiles)
-        shapes = dict.fromkeys((tiles, merge_kept(tiles, cuts), merge_kept(tiles, set())))
+        shapes = dict.fromkeys((tiles, merge_kept(tiles, cuts), merge_kept(tiles, set()))
+                               + tuple(cut_kept(tiles, length) for length in KEPT_LENGTHS))
         found = [(shape, d, layout) for shape in shapes for d in search.space.depths]
         fits = [s for s in found if search.cost(s) < INFEASIBLE]
         if fits:
@@ -90,6 +93,18 @@ def _retile(search: Search, chain: Chain, swaps, cuts: set[int], layout: str, ho
         excess = min(search.peaks[s] for s in found) - search.capacity
         budget -= max(excess, budget / BUCKETS)
     return []
+
+
+def cut_kept(blocks: Blocks, length: int) -> Blocks:
+    """`blocks` with every run of adjacent kept blocks merged and cut again every `length` units."""
+    out: list[tuple[int, int, str]] = []
+    for a, b, k in merge_kept(blocks, set()):
+        if k == "K":
+            edges = [*range(a, b, length), b]
+            out += [(x, y, "K") for x, y in zip(edges, edges[1:], strict=False)]
+        else:
+            out.append((a, b, k))
+    return tuple(out)
 
 
 def swap_sets(search: Search, limit: int) -> list[State]:
@@ -145,14 +160,18 @@ def grow_swaps(search: Search, state: State, chains: dict[str, Chain], longest: 
     if "S" not in search.space.kinds:
         return state
     best = state
-    for a, b in kept_runs(state[0])[:runs]:
-        m = 1
-        while a + m <= b and tries > 0:
+    for a, b in sorted(kept_runs(state[0])[:runs]):  # the earliest first: its units are held the longest
+        low, high, failed = 0, b - a + 1, False  # the longest head found faster, the shortest not
+        while tries > 0:
+            m = (low + high) // 2 if failed else min(2 * low or 1, b - a)  # double, then bisect
+            if m <= low:
+                break
             tries -= 1
             found = _faster(search, (with_swap(best[0], a, a + m), best[1], best[2]), chains, longest, best)
             if found is None:
-                break
-            best, m = found, 2 * m
+                high, failed = m, True
+            else:
+                best, low = found, m
     for fraction in spread(singles):
         heads = [a for a, _, k in best[0] if k in ("R", "r")]
         if not heads:

@@ -148,7 +148,8 @@ def solve(chain: Chain, budget: float, swaps: tuple[tuple[int, int], ...] = (),
     kinds = ("R", "K", "S", "r")
     pending = [[[] for _ in kinds] for _ in range(n + 1)]
     fronts = [[None for _ in kinds] for _ in range(n + 1)]
-    parents = []
+    bases, owners = [], []  # the first parent index of each front, and its (boundary, flag)
+    count = 0
     pending[0][0].append((np.zeros(1), np.zeros(1), np.array([-1]), 1, 0.0, 0.0))
     for a in range(n + 1):
         for flag in range(len(kinds)):
@@ -158,9 +159,10 @@ def solve(chain: Chain, budget: float, swaps: tuple[tuple[int, int], ...] = (),
             pending[a][flag] = None
             if a == n:
                 continue
-            base = len(parents)
-            parents.extend((a, flag, k) for k in range(len(retained)))
-            front = (retained, cost, np.arange(base, base + len(retained)))
+            bases.append(count)
+            owners.append((a, flag))
+            front = (retained, cost, np.arange(count, count + len(retained)))
+            count += len(retained)
 
             def push(b, to, peak, add, time, front=front):
                 _push(pending[b][to], front, budget - peak, add, time)
@@ -183,7 +185,9 @@ def solve(chain: Chain, budget: float, swaps: tuple[tuple[int, int], ...] = (),
     _, flag, k = min(ends)
     blocks, pos = [], n
     while pos > 0:
-        a, prev_flag, prev_k = parents[fronts[pos][flag][2][k]]
+        index = int(fronts[pos][flag][2][k])
+        at = bisect.bisect_right(bases, index) - 1
+        (a, prev_flag), prev_k = owners[at], index - bases[at]
         kind = kinds[flag]
         blocks += [(i, i + 1, "K") for i in range(pos - 1, a - 1, -1)] if kind == "K" else [(a, pos, kind)]
         pos, flag, k = a, prev_flag, prev_k

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from karma.plan_dp import grow_swaps, kept_runs, retile, with_swap
+from karma.plan_dp import cut_kept, grow_swaps, kept_runs, retile, with_swap
 from karma.plan_search import INFEASIBLE, Search
 from karma.plan_space import Space
 from karma.recompute_dp import Chain, solve
@@ -84,6 +84,20 @@ def test_kept_runs_are_the_maximal_runs_of_kept_units_longest_first(blocks):
     assert sorted(i for a, b in runs for i in range(a, b)) == sorted(kept)  # every kept unit, once
     assert all(a - 1 not in kept and b not in kept for a, b in runs)  # maximal
     assert [b - a for a, b in runs] == sorted((b - a for a, b in runs), reverse=True)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(st.integers(1, 12).flatmap(tilings), st.integers(1, 5))
+def test_kept_runs_cut_every_length_units_leave_the_other_blocks_alone(blocks, length):
+    """karma.plan_dp.cut_kept: the chain tiled again, every block that is not kept unchanged, each maximal
+    kept run cut into blocks of `length` units from its start (the last one shorter)."""
+    n = blocks[-1][1]
+    new = cut_kept(blocks, length)
+    assert tiles(new, n)
+    assert [x for x in new if x[2] != "K"] == [x for x in blocks if x[2] != "K"]
+    for a, b in kept_runs(blocks):
+        inside = [(x, y) for x, y, k in new if a <= x < b]
+        assert inside == [(x, min(x + length, b)) for x in range(a, b, length)]
 
 
 @SETTINGS
