@@ -15,7 +15,9 @@ without prefetched swaps, so each result is simulated and, while over
 capacity, solved again with the budget lowered by the excess (as
 `karma.planner.exact_seeds`). The program keeps every unit a block of its
 own; the prefetch depth counts blocks, so kept runs are also tried merged,
-and merged at the source plan's cuts.
+merged at the source plan's cuts, and cut every `KEPT_LENGTHS` units: where
+the kept blocks end decides when the copies back of the blocks before them
+start, and so how long they are held beside the kept units' backward.
 """
 
 from __future__ import annotations
@@ -30,7 +32,11 @@ TRIES = 4
 GROW_RUNS = 2
 GROW_TRIES = 6
 GROW_SINGLES = 4
-#: Lengths the kept runs of a re-tiled plan are cut into too.
+#: Lengths the kept runs of a re-tiled plan are cut into too. ResNet-1001's long search's swap set
+#: re-tiled, its kept units one block each run: 0.90678 s, every 48 units: 0.75436 (its own plan); units
+#: 0, 1, 29, 58 and 114-120 swapped, at the source's cuts 0.78204, every 32 or 48 units 0.75676 (simulated
+#: on v100-abci, 2026-12-05). ResNet-1001's growth with lengths 8, 12, 16, ... 96 (about 1.5x apart) found
+#: the same plan; with 8, 16, 32, 64 another path (0.75825 s): the lengths are not tuned finer than that.
 KEPT_LENGTHS = (16, 32, 48)
 
 
@@ -148,15 +154,17 @@ def grow_swaps(search: Search, state: State, chains: dict[str, Chain], longest: 
     """Swap blocks placed by trial, the rest of each plan re-tiled exactly (`retile`, host checkpoints
     where the space has them), kept while faster:
 
-    * the head of the `runs` longest kept runs, one unit, then two, four... (at most `tries`
-      re-tilings): a swap that frees memory for kept units pays only once the recompute segments
-      around it move too, which the descents' one-edge moves do not reach;
+    * the head of the `runs` longest kept runs, the earliest first (its units are held the longest),
+      one unit, then two, four..., then bisected between the longest found faster and the shortest
+      not (at most `tries` re-tilings): a swap that frees memory for kept units pays only once the
+      recompute segments around it move too, which the descents' one-edge moves do not reach;
     * then `singles` times, one recomputed unit (the first of a segment, at the middle of the
       segments, then a quarter, three quarters...) swapped instead: where the link is idle, a copy
       that hides costs less than the recompute (KARMA's concurrency analysis, Sec. IV).
 
-    ResNet-1001 (v100-abci): its polished plan keeps units 114-214; four of them swapped and the rest
-    re-tiled, 0.76388 -> 0.76118 s; then units 58 and 29 swapped, 0.75880 (simulated, 2026-12-05)."""
+    ResNet-1001 (v100-abci): its polished plan keeps units 114-214; eight of them swapped and the rest
+    re-tiled, 0.76388 -> 0.75825 s; then units 58 and 29 swapped, 0.75586 (simulated, 2026-12-05). The
+    longest run first (units 223-334), its head's swap won 0.09% and left no room for the eight."""
     if "S" not in search.space.kinds:
         return state
     best = state

@@ -40,7 +40,8 @@ weight layouts), coarse to fine:
    unit by unit (`unit_walks`): annealing walks over the whole unit-level
    neighbourhood from the refined plan, where the coarse groups are too
    coarse for the plan's structure (Megatron-1.2B: swaps, kept runs and
-   recompute placed layer by layer, two layers a group).
+   recompute placed layer by layer, two layers a group). A walked plan that
+   fits is final (steps 5 and 6 found nothing faster after the walks).
 5. Polish at one group per unit: the exact recompute-only plans of least
    recompute time (karma/recompute_dp.py, a dynamic program over the chain,
    under the resident and the streamed layouts' memory) are simulated and
@@ -52,12 +53,15 @@ weight layouts), coarse to fine:
    copies back on demand, weights streamed) is a seed too: at the reach the merged
    chain fits nowhere, and the descent from an infeasible state need not find the
    few plans that fit (ResNet-50 at batch 1440, layer units: 15.03 GB of 16).
-6. Grow swaps (karma/plan_dp.py `grow_swaps`): swap the head of the longest
-   kept runs of the polished plan, one unit, then two, four..., then single
-   recomputed units, each swap set re-tiled exactly, kept while faster. A swap
-   that frees memory for kept units pays only once the recompute segments
-   around it move too, which the descents' one-edge moves do not reach
-   (ResNet-1001: 0.76388 -> 0.76118 -> 0.75880 s, simulated on v100-abci).
+6. Grow swaps (karma/plan_dp.py `grow_swaps`): swap the head of the two longest
+   kept runs of the polished plan (the earlier run first), one unit, then two,
+   four... and bisect between the last faster and the first not, then single
+   recomputed units, each swap set re-tiled exactly (its kept runs also cut every
+   16, 32 or 48 units: the prefetch depth counts blocks, so these cuts set when
+   the copies back start), kept while faster. A swap that frees memory for kept
+   units pays only once the recompute segments around it move too, which the
+   descents' one-edge moves do not reach (ResNet-1001: 0.76388 -> 0.75825 ->
+   0.75586 s, simulated on v100-abci, 2026-12-05).
 
 The budgets count simulated units, not plans, so that a step costs the same
 time at every level. Every plan comes from this search; no other strategy's
@@ -372,9 +376,10 @@ def _search(profile: Profile, hw: Hardware, capacity: float, space: Space, cuts:
         frugal = min(frugal, search.frugal())
     if walked:
         state = unit_walks(search, state, int(work * UNIT_WALK_WORK / n), seed)
-    if len(search.profile.units) == n:
-        # a walked chain's swap blocks were placed unit by unit: re-tiling around them found nothing faster
-        # (Megatron-1.2B seeds 0-5, the reach case at auto units: the same plans, 0.6-0.9 CPU s less)
+    # a walked plan that fits is final: the walks search the unit-level neighbourhood the polish descends
+    # in, and neither the polish (its exact seeds, the frugal state) nor the growth found anything faster
+    # (Megatron-1.2B seeds 0-5, the reach case at auto units: the same plans, about 0.7 CPU s less, 2026-12-05)
+    if len(search.profile.units) == n and not (walked and search.cost(state) < INFEASIBLE):
         more = ([] if walked else retiled(search, coarse, coarse_cuts)) + [frugal_state(n, space)]
         state = polish(state, search, profile, capacity, space, budget=int(work * SEED_WORK / n), more=more)
         starts, longest = retile_limits(n)

@@ -1,5 +1,6 @@
 """KARMA's planner phase by phase: merged groups, exact and re-tiled seeds, refinement, walks, determinism."""
 
+import contextlib
 import os
 
 import pytest
@@ -217,6 +218,29 @@ def test_unit_walks_end_no_slower_than_they_start_and_are_seeded(case):
     again = Search(profile, hw, capacity, Space(), near=2, first=True)
     again.cost(start)  # the same memo as the first search's: the walks' budgets count from its size
     assert unit_walks(again, start, 300, seed=3) == found
+
+
+@SETTINGS
+@given(chains(min_units=3, max_units=8))
+def test_a_walked_plan_that_fits_is_final(case):
+    """A chain of more units than groups is walked unit by unit (karma/planner.py step 4); where the walks
+    end in a plan that fits, it is the plan: the polish, which runs only from a plan over the capacity
+    (its seeds, the most frugal state among them, may still find one that fits), is skipped."""
+    from unittest import mock
+
+    from karma import planner
+
+    profile, hw, capacity = case
+    polished = []
+    real = planner.polish
+
+    def polish(state, search, *args, **kwargs):
+        polished.append(search.cost(state))
+        return real(state, search, *args, **kwargs)
+
+    with mock.patch.object(planner, "polish", polish), contextlib.suppress(KarmaError):
+        planner.plan(profile, hw, capacity, groups=2)
+    assert all(cost >= INFEASIBLE for cost in polished)
 
 
 @pytest.mark.slow
