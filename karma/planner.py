@@ -42,7 +42,7 @@ weight layouts), coarse to fine:
    coarse for the plan's structure (Megatron-1.2B: swaps, kept runs and
    recompute placed layer by layer, two layers a group). Then path relinking
    between the plans the walks end in (karma/plan_relink.py): their ends lie
-   0.2-0.9% apart on Megatron-1.2B, and plans on the paths between them are
+   0.2-2.7% apart on Megatron-1.2B, and plans on the paths between them are
    often faster than both (seeds 0-5: +0.97% at most over a long search before,
    +0.40% with it). A walked plan that fits is final (steps 5 and 6 found
    nothing faster after the walks).
