@@ -140,8 +140,8 @@ REACH_GROUPS = (2,)
 #: search alone, 1.797-1.848 s over seeds 0-5; with the walks 1.791-1.811 (simulated on v100-abci,
 #: `python -m karma.planner_gap`, 2026-12-05; docs/measurements/README.md). ResNet-200's seeds with the
 #: walks and a fifth of the coarse budget: 1.373-1.398 s, against 1.364-1.376 without. ResNet-50 at batch
-#: 1440, auto units (61), beyond the reach of merged groups: 15.86 s, was 17.32 (simulated on v100-abci: the
-#: reach case's table, results/tables/reach_granularity.csv).
+#: 1440, auto units (61), beyond the reach of merged groups: 15.86 s, was 17.32, and 15.80 with the walks'
+#: ends relinked (simulated on v100-abci: the reach case's table, results/tables/reach_granularity.csv).
 UNIT_WALK_UNITS = 64
 UNIT_WALKS = 3
 UNIT_WALK_WORK = 300_000
