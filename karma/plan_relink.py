@@ -68,7 +68,7 @@ def relink(search: Search, start: State, guide: State, budget: int) -> State:
 
 
 def relink_ends(search: Search, ends: list[State], budget: int) -> State:
-    """The fastest of `ends` and of the paths between every ordered pair of them (the fastest pairs
+    """The fastest of `ends` and of the paths between every ordered pair of them (from the fastest end
     first), then a descent from it if a path found it, until `budget` plans are in the memo (three
     quarters of what is left for the paths)."""
     elite: list[State] = sorted(dict.fromkeys(ends), key=search.cost)
