@@ -137,7 +137,7 @@ REACH_GROUPS = (2,)
 #: from the refined plan, each from the best found so far, sharing `UNIT_WALK_WORK` units simulated; its
 #: coarse search gets `UNIT_WALK_COARSE` of its budget. A coarse group of Megatron-1.2B is two identical
 #: layers, and its best plans place swaps, kept runs and recompute layer by layer: refined from the coarse
-#: search alone, 1.797-1.848 s over seeds 0-5; with the walks 1.791-1.811 (simulated on v100-abci,
+#: search alone, 1.797-1.848 s over seeds 0-5; with the walks 1.791-1.811, relinked 1.786-1.799 (simulated on v100-abci,
 #: `python -m karma.planner_gap`, 2026-12-05; docs/measurements/README.md). ResNet-200's seeds with the
 #: walks and a fifth of the coarse budget: 1.373-1.398 s, against 1.364-1.376 without. ResNet-50 at batch
 #: 1440, auto units (61), beyond the reach of merged groups: 15.86 s, was 17.32, and 15.80 with the walks'
