@@ -13,7 +13,7 @@ re-tiled plan of the same swap blocks matches it).
 The program's memory model is karma/simulate.py's for resident weights
 without prefetched swaps, so each result is simulated and, while over
 capacity, solved again with the budget lowered by the excess (as
-`karma.planner.exact_seeds`). The program keeps every unit a block of its
+`karma.plan_polish.exact_seeds`). The program keeps every unit a block of its
 own; the prefetch depth counts blocks, so kept runs are also tried merged,
 merged at the source plan's cuts, and cut every `KEPT_LENGTHS` units: where
 the kept blocks end decides when the copies back of the blocks before them

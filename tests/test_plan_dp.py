@@ -123,7 +123,7 @@ def test_grown_swaps_fit_are_no_slower_and_need_swaps_in_the_space(case):
 @SETTINGS
 @given(chains(min_units=3, max_units=8), st.data())
 def test_bounded_retiled_plans_keep_their_swap_blocks_and_fit(case, data):
-    """Re-tiling with bounded segments (a long chain's, karma.planner.longest_segment) keeps the swap
+    """Re-tiling with bounded segments (a long chain's, karma.plan_polish.retile_limits) keeps the swap
     blocks, bounds the segments and returns only plans that fit."""
     profile, hw, capacity = case
     n = len(profile.units)

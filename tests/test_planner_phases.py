@@ -39,9 +39,9 @@ def test_a_merged_group_keeps_its_largest_backward_transient(case, data):
 @given(chains(min_units=1, max_units=8))
 def test_exact_recompute_seeds_tile_the_chain_and_fit(case):
     """karma/recompute_dp.py: its blocks tile the units, and each seed the planner keeps fits."""
+    from karma.plan_polish import exact_seeds
     from karma.plan_search import INFEASIBLE, Search
     from karma.plan_space import Space
-    from karma.planner import exact_seeds
     from karma.recompute_dp import Chain, solve
 
     profile, hw, capacity = case
@@ -59,19 +59,19 @@ def test_exact_recompute_seeds_tile_the_chain_and_fit(case):
 @SETTINGS
 @given(chains(min_units=4, max_units=8))
 def test_exact_seeds_over_runs_of_a_long_chain_tile_it_and_fit(case):
-    """A chain longer than EXACT_UNITS is solved over that many runs (karma/planner.py exact_seeds): its
+    """A chain longer than EXACT_UNITS is solved over that many runs (karma/plan_polish.py exact_seeds): its
     seeds still tile every unit, a kept run one block per unit, and those kept fit."""
     from unittest import mock
 
-    from karma import planner
+    from karma import plan_polish
     from karma.plan_search import INFEASIBLE, Search
     from karma.plan_space import Space
 
     profile, hw, capacity = case
     n = len(profile.units)
     search = Search(profile, hw, capacity, Space())
-    with mock.patch.object(planner, "EXACT_UNITS", 3):
-        seeds = planner.exact_seeds(search, profile, capacity, Space())
+    with mock.patch.object(plan_polish, "EXACT_UNITS", 3):
+        seeds = plan_polish.exact_seeds(search, profile, capacity, Space())
     for state in seeds:
         blocks = state[0]
         assert [a for a, _, _ in blocks] == [0] + [b for _, b, _ in blocks[:-1]] and blocks[-1][1] == n
