@@ -27,10 +27,12 @@ boundary tensor with the next block, as karma/simulate.py counts it), and the
 bytes retained so far for the backward (kept activations and checkpoints).
 Every block's peak is that retained total plus a term of the block alone (its
 forward, its recompute with the gradients of later units, its backward), the
-memory model of karma/simulate.py for this subspace. Memory is discretised
-(rotor's discretisation of the memory slots, Sec. 5): per position only the
-cheapest state per memory bucket is kept, with its exact bytes, and dominated
-states are dropped; vectorised with numpy, ResNet-1001 (335 units) plans in
+memory model of karma/simulate.py for this subspace. Dominated states are
+dropped; where a position has more candidate states than the program's
+buckets, memory is discretised (rotor's discretisation of the memory slots,
+Sec. 5): only the cheapest state per memory bucket is kept, with its exact
+bytes, so the plan is optimal in this space for short chains and up to that
+discretisation beyond; vectorised with numpy, ResNet-1001 (335 units) plans in
 a few seconds. The plan is then checked with the simulator; if it does not fit
 (the memory model of the simulator has moved on), the budget is lowered by the
 excess and the program run again. When nothing fits, every unit its own

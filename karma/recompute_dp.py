@@ -15,8 +15,9 @@ with the next block, as karma/simulate.py counts it) and the bytes retained for
 the backward so far. Every block's peak is that retained total plus a term of
 the block alone (its forward; its recompute with the gradients of later
 units; its backward), karma/simulate.py's memory model for this subspace with
-resident weights. Memory is bucketed (`BUCKETS` per budget): per boundary only
-the cheapest state per bucket that no cheaper, smaller state beats is kept.
+resident weights. Per boundary only the states that no cheaper, smaller state
+beats are kept; past `BUCKETS` candidates, memory is bucketed (`BUCKETS` per
+budget) and only the cheapest state per bucket is considered.
 The memory model of other layouts differs (gradients leave the device,
 streamed weights come and go), so the planner simulates the result and, if it
 is over capacity, solves again with the budget lowered by the excess.
@@ -97,25 +98,31 @@ class Chain:
 
 
 def _front(parts, width: float):
-    """Merge the candidate parts (prefixes of earlier fronts, shifted by (bytes, seconds)):
-    the cheapest per memory bucket, then only those no cheaper-and-smaller state beats."""
+    """Merge the candidate parts (prefixes of earlier fronts, shifted by (bytes, seconds)) into the
+    states no cheaper-and-smaller state beats. Up to BUCKETS candidates are all kept (the exact front:
+    a state dropped only for a cheaper one of a few bytes more can be the one that fits later, as a
+    3-unit chain with 1 MB boundaries and 2.6 MB buckets showed); past that, the cheapest per memory
+    bucket (rotor's discretisation, Sec. 5) first."""
     counts = [p[3] for p in parts]
     retained = np.concatenate([p[0][:p[3]] for p in parts]) + np.repeat([p[4] for p in parts], counts)
     cost = np.concatenate([p[1][:p[3]] for p in parts]) + np.repeat([p[5] for p in parts], counts)
     parent = np.concatenate([p[2][:p[3]] for p in parts])
-    bucket = np.floor(retained / width).astype(np.int64)
-    bucket -= bucket.min()
-    # the cheapest state per bucket (the first of equal ones), without sorting all of them
-    least = np.full(bucket.max() + 1, np.inf)
-    np.minimum.at(least, bucket, cost)
-    cheapest = np.flatnonzero(cost == least[bucket])
-    _, first = np.unique(bucket[cheapest], return_index=True)
-    order = cheapest[first]  # bucket ascending
+    if len(retained) <= BUCKETS:
+        order = np.lexsort((cost, retained))  # retained ascending, the cheapest first at equal bytes
+    else:
+        bucket = np.floor(retained / width).astype(np.int64)
+        bucket -= bucket.min()
+        # the cheapest state per bucket (the first of equal ones), without sorting all of them
+        least = np.full(bucket.max() + 1, np.inf)
+        np.minimum.at(least, bucket, cost)
+        cheapest = np.flatnonzero(cost == least[bucket])
+        _, first = np.unique(bucket[cheapest], return_index=True)
+        order = cheapest[first]  # bucket ascending
     running = np.minimum.accumulate(cost[order])
     better = np.ones(len(order), bool)
     better[1:] = cost[order][1:] < running[:-1]
     order = order[better]
-    return retained[order], cost[order], parent[order]  # retained ascending, one state per bucket
+    return retained[order], cost[order], parent[order]  # retained ascending
 
 
 def _push(parts: list, front, room: float, add: float, time: float) -> None:

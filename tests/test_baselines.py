@@ -12,10 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from baselines import checkpoint, checkpoint_layers, checkpoint_prefix, superneurons, vdnn, zero_infinity, zero_offload
+from karma.hardware import load
 from karma.plan import Block, Plan, from_policies
+from karma.profile import Profile
 from karma.simulate import simulate
 from karma.strategy import available, get
-from tests.chains import chains, tilings
+from tests.chains import chains, make_unit, tilings
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 BASELINES = [name for name in available() if name != "karma"]
@@ -98,6 +100,24 @@ def test_more_capacity_is_never_slower_where_the_rule_guarantees_it(case):
         loose = sim(profile, get(name)(profile, hw, more), hw, more)
         if tight.feasible:
             assert loose.feasible and loose.time <= tight.time * (1 + 1e-9), name
+
+
+def test_rotor_keeps_the_state_a_memory_bucket_would_drop():
+    """Hypothesis's case of 2026-12-05: 1 MB boundaries under 2.6 MB memory buckets. Bucketed, the
+    program kept the cheaper prefix state of a few bytes more, so the plan that fits by 1 MB (unit 0
+    recomputed alone, 0.221 s) was lost for one of 0.252 s; the program keeps the exact front now."""
+    hw = load("v100-abci")
+    t = 0.03125
+    units = (make_unit("u0", forward_time=t, backward_time=t, saved_bytes=40e6, input_bytes=38e6, output_bytes=1e6),
+             make_unit("u1", forward_time=t, backward_time=t, saved_bytes=1e6, input_bytes=1e6, output_bytes=1e6),
+             make_unit("u2", forward_time=t, backward_time=t, input_bytes=1e6, output_bytes=1e6, param_bytes=300e6,
+                       optimizer_bytes=300e6, backward_workspace_bytes=300e6))
+    profile = Profile(model="random", size="tiny", batch=1, source="analytic", device=hw.name, optimizer="sgd",
+                      units=units)
+    capacity = 1241e6
+    best = min(r.time for r in (sim(profile, p, hw, capacity) for p in recompute_only_plans(profile)) if r.feasible)
+    result = sim(profile, get("rotor")(profile, hw, capacity), hw, capacity)
+    assert result.feasible and result.time <= best * (1 + 1e-9) and abs(best - 0.22075) < 1e-9
 
 
 @SETTINGS
