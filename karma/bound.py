@@ -43,9 +43,15 @@ tau_j the start of unit j's backward and T the end of the iteration.
    be gone (`split_relief`).
 3. Memory when unit i's forward starts: static (streamed: unit i's weights),
    unit i's workspace and s_i, and s_j of every earlier unit j that is not
-   recomputed, less the swapped bytes a_i already copied out:
-   a_i <= sum_{j<i} x_j s_j and a_i <= bw_d2h (TF_i - TF_0), since swap-outs
-   start after a block's forward, hence after TF_0, and run at the link's rate.
+   recomputed, less the swapped bytes a_i already copied out by then (the
+   forward allocates as it starts, at TF_i - f_i; frees come first at equal
+   times): a_i <= sum_{j<i} x_j s_j, and, for every k < i,
+   a_i <= sum_{j<k} x_j s_j + bw_d2h (TF_i - f_i - TF_k), since the bytes of
+   units >= k leave only after their block's forward, hence after TF_k, through
+   one queue at the link's rate (k = 0: nothing leaves before TF_0). All k in
+   O(n) rows: Q_i, what may have left by TF_{i-1}, is at most Q_{i-1} +
+   bw_d2h (TF_{i-1} - TF_{i-2}) and sum_{j<i-1} x_j s_j (Q_1 = 0), and
+   a_i <= Q_i + bw_d2h (TF_i - f_i - TF_{i-1}).
 4. Copies: a swapped unit's bytes come back (host->device) after t1 and before
    its backward, streamed weights are uploaded again after t1 before their
    backward: tau_i >= t1 + (sum_{j>=i} x_j s_j + streamed weights of units >= i)
@@ -241,9 +247,15 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
         for i in range(n):
             le([(TF + i, -1)], -(param[: i + 1].sum() / hw.h2d_bw + f[i]))
     # 3. memory at each forward
+    left = p.new(n)  # Q_i: what may have left by TF_{i-1} (item 3; Q_0 unused)
     for i in range(1, n):
-        le([(A + i, 1), (TF + i, -d2h), (TF, d2h)], 0.0)
         le([(A + i, 1), (swapped_lo + i, -1)], 0.0)
+        if i == 1:
+            le([(left + 1, 1)], 0.0)
+        else:
+            le([(left + i, 1), (left + i - 1, -1), (TF + i - 1, -d2h), (TF + i - 2, d2h)], 0.0)
+            le([(left + i, 1), (swapped_lo + i - 1, -1)], 0.0)
+        le([(A + i, 1), (left + i, -1), (TF + i, -d2h), (TF + i - 1, d2h)], -d2h * f[i])
     for i in range(n):
         transient = units[i].workspace_bytes + weights_at[i]
         le([(recomputed_lo + i, -1)] + ([(A + i, -1)] if i else []),

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import statistics
 import time
 from dataclasses import dataclass
 
 from karma.bound import lower_bound
+from karma.errors import KarmaError
 from karma.hardware import Hardware, load
 from karma.planner import plan
 from karma.profile import Profile
@@ -66,22 +68,39 @@ class Gap:
         return " + ".join(out) or "-"
 
 
-def planned(profile: Profile, hw: Hardware, **options) -> tuple[float, float]:
-    """(simulated iteration time, CPU seconds to plan) of `plan(profile, ...)`."""
+def planned(profile: Profile, hw: Hardware, capacity: float | None = None, **options) -> tuple[float, float]:
+    """(simulated iteration time, CPU seconds to plan) of `plan(profile, ...)`; inf if nothing fits."""
+    capacity = hw.device_memory if capacity is None else capacity
     start = time.process_time()
-    result = plan(profile, hw, hw.device_memory, **options)
+    try:
+        result = plan(profile, hw, capacity, **options)
+    except KarmaError:  # no plan fits
+        return math.inf, time.process_time() - start
     seconds = time.process_time() - start
-    sim = simulate(profile, result, hw, hw.device_memory, record=False)
+    sim = simulate(profile, result, hw, capacity, record=False)
     assert sim.feasible, f"{profile.model}: the planner returned a plan the simulator refuses ({sim.reason})"
     return sim.time, seconds
 
 
+def long_search(profile: Profile, hw: Hardware, capacity: float | None = None) -> float:
+    """Simulated seconds of the faster of two long searches (ten times the budget, coarse to fine and
+    unit by unit): the reference the default planner is held to, and what says whether a plan far
+    from the bound is the search's fault."""
+    return min(planned(profile, hw, capacity, work=10)[0],
+               planned(profile, hw, capacity, groups=len(profile.units), work=10)[0])
+
+
+def blame(over_bound: float, long_over_bound: float) -> str:
+    """For a plan more than BOUND_TARGET of the bound: the search, if a long search's plan is within
+    it, else the bound or the plan space (nothing found near the bound)."""
+    if over_bound <= BOUND_TARGET:
+        return "-"
+    return "search" if long_over_bound <= BOUND_TARGET else "bound or plan space"
+
+
 def measure(profile: Profile, hw: Hardware, seeds: list[int], long: bool = True, bound: bool = False) -> Gap:
     runs = [planned(profile, hw, seed=s) for s in seeds]
-    reference = None
-    if long:
-        reference = min(planned(profile, hw, work=10)[0],
-                        planned(profile, hw, groups=len(profile.units), work=10)[0])
+    reference = long_search(profile, hw) if long else None
     return Gap(profile.model, [t for t, _ in runs], [s for _, s in runs], reference,
                lower_bound(profile, hw, hw.device_memory) if bound else None)
 
