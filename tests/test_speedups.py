@@ -57,3 +57,7 @@ def test_compare_runs_the_long_search_only_for_a_plan_over_the_target():
             table, _ = speedups.compare(profile, hw, ["checkpoint", "karma"])
         assert long.called == searched
         assert table.long_search_s.notna().tolist() == [False, searched]
+    with mock.patch.object(speedups, "lower_bound", return_value=1e-6), \
+            mock.patch.object(speedups, "LONG_SEARCH_UNITS", 3), mock.patch.object(speedups, "long_search") as long:
+        table, _ = speedups.compare(profile, hw, ["karma"])
+    assert not long.called and table.long_search_s.isna().all()  # too long a chain: the note says what to run
