@@ -31,7 +31,8 @@ memory model of karma/simulate.py for this subspace. Dominated states are
 dropped; where a position has more candidate states than the program's
 buckets, memory is discretised (rotor's discretisation of the memory slots,
 Sec. 5): only the cheapest state per memory bucket is kept, with its exact
-bytes, so the plan is optimal in this space for short chains and up to that
+bytes, so the plan is optimal in this space wherever no position has more
+than BUCKETS (250) candidates (every chain of the tests), and up to that
 discretisation beyond; vectorised with numpy, ResNet-1001 (335 units) plans in
 a few seconds. The plan is then checked with the simulator; if it does not fit
 (the memory model of the simulator has moved on), the budget is lowered by the

@@ -60,11 +60,12 @@ class Gap:
         not), the bound or the plan space (even the best plan found is more than BOUND_TARGET of the
         bound), both, or nothing."""
         out = []
-        missed = self.reference is not None and max(self.gaps()) > GAP_TARGET
-        if missed or (self.bound and max(self.times) / self.bound > BOUND_TARGET >= self.best() / self.bound):
+        if self.reference is not None and max(self.gaps()) > GAP_TARGET:
             out.append("search")
-        if self.bound and self.best() / self.bound > BOUND_TARGET:
-            out.append("bound or plan space")
+        if self.bound:
+            worst = blame(max(self.times) / self.bound, self.best() / self.bound)
+            if worst != "-" and worst not in out:
+                out.append(worst)
         return " + ".join(out) or "-"
 
 

@@ -46,8 +46,8 @@ def compare(profile: Profile, hw: Hardware, strategies: list[str], capacity: flo
     karma_time = karma.time if karma else None
     long = None
     if karma_time and karma_time / bound > BOUND_TARGET and len(profile.units) <= LONG_SEARCH_UNITS:
-        print(f"{profile.model}: KARMA's plan is {karma_time / bound:.3f} of the bound (> {BOUND_TARGET}); "
-              "a search ten times as long says whose fault that is", flush=True)
+        print(f"{profile.model}: KARMA's plan is {karma_time / bound:.3f} of the bound (> {BOUND_TARGET}, simulated "
+              f"on {hw.name}); a search ten times as long says whose fault that is", flush=True)
         long = long_search(profile, hw, capacity)
     rows = []
     for name, o in outcomes.items():

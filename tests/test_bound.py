@@ -103,7 +103,7 @@ def test_the_case_hypothesis_found_on_2026_12_04():
 def test_what_a_forward_finds_copied_out_left_after_each_earlier_forward():
     """Swapped bytes leave only after their own forward (karma/bound.py, item 3): with only the first
     forward's end bounding them, WRN-28-10's bound was 4.051 s and KARMA's plan 1.068 of it; bounded
-    by every recent forward's end it is 4.158 s, and the plan (4.327 s, simulated on v100-abci) is
+    by every earlier forward's end it is 4.158 s, and the plan (4.327 s, simulated on v100-abci) is
     within issue 12's 1.05."""
     from karma.planner import plan
     from karma.profile_analytic import analytic_profile

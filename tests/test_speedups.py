@@ -8,6 +8,7 @@ import pandas as pd
 from karma import speedups
 from karma.hardware import load
 from karma.planner_gap import blame
+from karma.profile import Profile
 from tests.chains import make_unit
 
 
@@ -44,8 +45,6 @@ def test_a_plan_over_the_bound_target_says_whose_fault_it_is():
 
 
 def test_compare_runs_the_long_search_only_for_a_plan_over_the_target():
-    from karma.profile import Profile
-
     hw = load("v100-abci")
     units = tuple(make_unit(f"u{i}", forward_time=1e-3, backward_time=2e-3, saved_bytes=1e8, input_bytes=1e7,
                             output_bytes=1e7, param_bytes=1e6, optimizer_bytes=1e6) for i in range(4))
