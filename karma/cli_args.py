@@ -48,7 +48,7 @@ def add_spec_options(p) -> None:
     p.add_argument("--seq", type=positive_int, help="hf: sequence length (default: its positions, at most 2048)")
     p.add_argument("--input", help="torchvision: input shape per sample (default 3x224x224)")
     p.add_argument("--units", type=positive_int,
-                   help="model spec: merge the cut pieces into about N units of equal cost")
+                   help="model spec: merge the cut pieces into N units balanced in time and saved bytes")
 
 
 class OneLineParser(argparse.ArgumentParser):

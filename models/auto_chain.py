@@ -19,9 +19,13 @@ al. 2019) and Checkmate (Jain et al. 2020) linearise graphs:
    buffers themselves, so training the chain trains the original; a weight
    used on both sides of a cut (a tied embedding and head) is one Parameter
    in two units, as the zoo's GPT does.
-4. **Merging.** `units=N` merges neighbours into about N units of equal
-   forward cost (FLOPs and bytes on a V100-like roofline, counted on fake
-   tensors); by default pieces are merged to at most `DEFAULT_UNITS`.
+4. **Merging.** Beyond `units=N` pieces (`DEFAULT_UNITS` by default),
+   neighbours are merged into N units balanced over the whole chain: the
+   largest unit is as small as any contiguous grouping allows, and the rest
+   take equal shares. A unit's load is the larger of its share of the forward
+   time (FLOPs and bytes on a V100-like roofline, counted on fake tensors)
+   and its share of the bytes saved for backward, so no unit holds a large
+   part of either.
 
 A model without a cut (an encoder-decoder whose decoder reads the encoder's
 output in every layer, a U-Net's long skips) is refused with a one-line
@@ -30,9 +34,11 @@ output in every layer, a U-Net's long skips) is refused with a one-line
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import fx, nn
@@ -42,7 +48,9 @@ from torch.utils.flop_counter import flop_registry
 from karma.errors import KarmaError
 from karma.unit_trace import _SKIP, NO_KERNEL
 
-#: Pieces are merged to at most this many units unless `units` is given.
+#: Pieces are merged to at most this many units unless `units` is given: one or two units per layer
+#: of a transformer of up to 96 layers (a layer has two pieces, attention and MLP), every residual
+#: block of the torchvision CNNs.
 DEFAULT_UNITS = 96
 #: Roofline of the balancing cost (a V100's FP32 rate and memory bandwidth, plus a launch).
 _FLOPS, _BW, _LAUNCH = 15e12, 900e9, 5e-6
@@ -56,6 +64,8 @@ class AutoUnit(fx.GraphModule):
     (karma.unit_trace.unit_signature)."""
 
     signature: str = ""
+    #: how many pieces (spans between two cuts) it merges: a unit of one piece cannot be split further
+    pieces: int = 1
 
     def __repr__(self) -> str:
         return f"AutoUnit({self.signature})"
@@ -103,30 +113,62 @@ class _Cost(torch.utils._python_dispatch.TorchDispatchMode):
 
 
 class _Propagate(fx.Interpreter):
-    """Runs the graph on fake tensors: each node's value in meta['val'], its cost in meta['cost'].
-    Fake tensors, so a real model's BatchNorm statistics are not touched and nothing is allocated."""
+    """Runs the graph on fake tensors: each node's value in meta['val'], its forward cost in
+    meta['cost'] and the bytes autograd saves for its backward in meta['saved'] (each storage once,
+    to the first node that saves it; weights are not activations). Fake tensors, so a real
+    model's BatchNorm statistics are not touched and nothing is allocated."""
 
     def __init__(self, gm, mode):
         super().__init__(gm)
         self.mode = mode
+        self.seen: set[int] = set()
 
     def run_node(self, n):
-        cost = _Cost()
-        with self.mode, cost:
-            out = super().run_node(n)
+        out, n.meta["cost"], n.meta["saved"] = self.costed(super().run_node, n)
         n.meta["val"] = out
-        n.meta["cost"] = cost.seconds
         return out
 
+    def costed(self, fn, *args):
+        """fn(*args) on fake tensors, with its forward cost (s) and the bytes autograd saves for it."""
+        cost = _Cost()
+        saved = 0
 
-def _propagate(gm: fx.GraphModule, example: torch.Tensor) -> None:
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            nonlocal saved
+            key = t.untyped_storage()._cdata
+            if not _is_weight(t) and key not in self.seen:
+                self.seen.add(key)
+                saved += t.untyped_storage().nbytes()
+            return t
+
+        with self.mode, cost, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = fn(*args)
+        return out, cost.seconds, saved
+
+
+def _is_weight(t: torch.Tensor) -> bool:
+    """A parameter, or a view of one (a linear layer's backward saves its weight, transposed)."""
+    base = t if t._base is None else t._base
+    return base.is_leaf and base.requires_grad
+
+
+def _propagate(gm: fx.GraphModule, example: torch.Tensor, tail: Callable | None = None) -> None:
+    """Fake values and costs of every node (`_Propagate`). `tail(output)` (the loss) runs last and its
+    cost is the final node's too: the chain's last unit computes it."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode:
         fake = mode.from_tensor(example)
+    run = _Propagate(gm, mode)
     try:
-        _Propagate(gm, mode).run(fake)
+        run.run(fake)
+        (output,) = [n for n in gm.graph.nodes if n.op == "output"]
+        final = tree_flatten(output.args)[0]
+        if tail is not None and len(final) == 1 and isinstance(final[0], fx.Node):
+            _, cost, saved = run.costed(tail, final[0].meta["val"])
+            final[0].meta["cost"] += cost
+            final[0].meta["saved"] += saved
     except Exception as err:  # noqa: BLE001
         raise KarmaError(f"cannot run the traced graph on fake tensors: {_first_line(err)}") from None
 
@@ -265,24 +307,74 @@ def _fold_free(pieces, ends):
     return out_pieces, out_ends
 
 
-def _merge(costs: Sequence[float], target: int) -> list[tuple[int, int]]:
-    """Contiguous groups (start, stop) of about `target` groups of equal summed cost."""
-    m = len(costs)
+def _merge(measures: Sequence[Sequence[float]], target: int) -> list[tuple[int, int]]:
+    """`min(target, pieces)` contiguous groups (start, stop) of the pieces, where `measures` holds one
+    sequence per measure (forward time, saved bytes), each with a value per piece.
+
+    A group's load is its largest share of any measure's total. The largest load over the groups is
+    the least any contiguous grouping reaches (the linear partition problem, in several measures:
+    bisection on the cap over a greedy check, since the fewest groups under a cap is what a greedy
+    fill gives); each cut is then placed as near as that cap allows to an equal share of what remains
+    (`_share`), so no group takes a remainder at either end. O(m log m) per bisection step."""
+    m = len(measures[0])
     if target >= m:
         return [(i, i + 1) for i in range(m)]
-    total = sum(costs) or 1.0
-    bounds = [0]
-    acc = 0.0
-    for i, c in enumerate(costs[:-1]):
-        acc += c
-        k = len(bounds)
-        if k >= target:
+    shares = []
+    for values in measures:
+        total = float(sum(values))
+        if total > 0:
+            shares.append([v / total for v in values])
+    if not shares:
+        shares = [[1.0 / m] * m]
+    prefixes = [list(itertools.accumulate(v, initial=0.0)) for v in shares]
+    slack = 1e-12
+
+    def reach(j: int, cap: float) -> int:
+        """The furthest stop of a group that starts at piece j and stays under `cap` in every measure."""
+        return max(min(bisect.bisect_right(p, p[j] + cap + slack) - 1 for p in prefixes), j + 1)
+
+    def fewest(cap: float) -> list[int]:
+        """need[j]: the fewest groups under `cap` that cover pieces j.. (each group as long as it may)."""
+        need = [0] * (m + 1)
+        for j in range(m - 1, -1, -1):
+            need[j] = need[reach(j, cap)] + 1
+        return need
+
+    lo, hi = max(max(v) for v in shares), 1.0
+    while hi - lo > slack:
+        mid = (lo + hi) / 2
+        if fewest(mid)[0] <= target:
+            hi = mid
+        else:
+            lo = mid
+    need = fewest(hi)
+    weights = [sum(v) for v in zip(*shares, strict=True)]
+    prefix = list(itertools.accumulate(weights, initial=0.0))
+    groups = []
+    start = 0
+    for k in range(target - 1):
+        left = target - k - 1  # groups after this one
+        first = next(j for j in range(start + 1, m + 1) if need[j] <= left)
+        last = min(reach(start, hi), m - left)
+        ideal = prefix[start] + _share(weights[start:], left + 1)
+        j = min(max(bisect.bisect_left(prefix, ideal), first), last)
+        if j > first and abs(prefix[j - 1] - ideal) <= abs(prefix[j] - ideal):
+            j -= 1
+        groups.append((start, j))
+        start = j
+    groups.append((start, m))
+    return groups
+
+
+def _share(weights: Sequence[float], groups: int) -> float:
+    """The weight each of `groups` groups would take of `weights` if pieces heavier than the share
+    stood alone (water-filling): a heavy head must not make its neighbours' groups heavier."""
+    rest, n = float(sum(weights)), groups
+    for w in sorted(weights, reverse=True):
+        if n <= 1 or w <= rest / n:
             break
-        # close the group when the prefix reaches the k-th share, leaving a piece for each group to come
-        if acc >= total * k / target - c / 2 and m - (i + 1) >= target - k:
-            bounds.append(i + 1)
-    bounds.append(m)
-    return list(zip(bounds[:-1], bounds[1:], strict=False))
+        rest, n = rest - w, n - 1
+    return rest / n
 
 
 def _build_unit(root: nn.Module, nodes: list[fx.Node], inp: fx.Node, out: fx.Node) -> AutoUnit:
@@ -354,26 +446,34 @@ def _name(unit: AutoUnit, nodes: list[fx.Node], taken: set[str]) -> str:
     return name
 
 
+def _measures(pieces: list[list[fx.Node]]) -> list[list[float]]:
+    """Per piece, its forward time and the bytes it saves for backward: a planner needs units that are
+    short and whose saved bytes are small against the capacity, so both weigh in the merge."""
+    return [[float(sum(n.meta.get(key, 0) for n in piece)) for piece in pieces] for key in ("cost", "saved")]
+
+
 def auto_units(module: nn.Module, example: torch.Tensor, units: int | None = None,
-               name: str = "model") -> tuple[list[tuple[str, nn.Module]], str]:
+               name: str = "model", loss: Callable | None = None) -> tuple[list[tuple[str, nn.Module]], str]:
     """The chain of `module` on input `example` (on the module's device, meta included) as
     (unit name, unit) pairs sharing the module's parameters, and how it was traced.
-    `units`: merge into about that many units of equal forward cost."""
+    `units`: merge the pieces into that many units (`DEFAULT_UNITS` if None), balanced in forward
+    time and saved bytes (`_merge`); a chain of fewer pieces keeps one unit per piece. `loss(output)`,
+    if given, is costed with the last piece, as the last unit runs it."""
     if units is not None and units < 1:
         raise KarmaError(f"units must be a positive integer, got {units}")
     gm, how = trace(module, example)
     _clean(gm)
-    _propagate(gm, example)
+    _propagate(gm, example, loss)
     pieces, ends, inp = find_pieces(gm, name)
     pieces, ends = _fold_free(pieces, ends)
-    costs = [sum(n.meta.get("cost", 0.0) for n in piece) for piece in pieces]
-    groups = _merge(costs, units if units is not None else DEFAULT_UNITS)
+    groups = _merge(_measures(pieces), units if units is not None else DEFAULT_UNITS)
     chain: list[tuple[str, nn.Module]] = []
     taken: set[str] = set()
     for a, b in groups:
         nodes = [n for piece in pieces[a:b] for n in piece]
         start = inp if a == 0 else ends[a - 1]
         unit = _build_unit(gm, nodes, start, ends[b - 1])
+        unit.pieces = b - a
         chain.append((_name(unit, nodes, taken), unit))
     return chain, how
 

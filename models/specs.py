@@ -16,7 +16,7 @@
 
 Each becomes a ChainModel automatically (models/auto_chain.py). Options (`options`): ``set``
 (a dict of builder or config overrides), ``seq``, ``input`` ("3x224x224"), ``units`` (merge
-into about N units of equal cost).
+into N units balanced in forward time and saved bytes; models/auto_chain.py).
 """
 
 from __future__ import annotations
@@ -286,8 +286,9 @@ def build_pair(spec: str, batch: int | None = None, device: str | torch.device =
     device = torch.device(device)
     source = BUILDERS[kind](spec, options, device, seed)
     source.module.train()
-    inputs, _ = source.make_batch(batch, device, seed)
-    units, traced = auto_units(source.module, inputs, options.get("units"), spec)
+    inputs, targets = source.make_batch(batch, device, seed)
+    units, traced = auto_units(source.module, inputs, options.get("units"), spec,
+                               loss=lambda out: source.loss(out, targets))
     to_precision(source.module, precision)
     make = source.make_batch
     chain = ChainModel(
