@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from karma.plan import Plan
-from karma.simulate import SimResult, simulate
+from karma.plan.plan import Plan
+from karma.sim.simulate import SimResult, simulate
 
 
 def judge(profile, plan: Plan, hw, capacity: float) -> SimResult:

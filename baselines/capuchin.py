@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from baselines._choose import Frugal, fastest, judge, named
-from karma.plan import from_policies
-from karma.simulate import simulate
+from karma.plan.plan import from_policies
+from karma.sim.simulate import simulate
 
 DEPTH = 2
 DEPTHS = (1, 2, 3, 4)

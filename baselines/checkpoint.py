@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 
 from baselines._choose import fastest, named
-from karma.plan import from_policies
+from karma.plan.plan import from_policies
 
 #: budgets tried, geometrically spaced, besides sqrt(x y) (their grid search)
 GRID = 48

@@ -18,7 +18,7 @@ practitioners wrap for ResNets too). Weights stay resident.
 from __future__ import annotations
 
 from baselines._choose import first_fit, named
-from karma.plan import from_policies
+from karma.plan.plan import from_policies
 
 
 def configurations(profile):

@@ -10,7 +10,7 @@ of the first k units its own segment, s = 1, as the rule is usually stated; or
 consecutive runs of s units sharing one checkpoint, Megatron's ``uniform``
 chunking, s = 2, 4, 8, 16: one checkpoint per s units, so fewer units recompute);
 the weight layout, resident or, for models whose weights do not fit, streamed
-(karma/plan.py; prefetch one or two blocks ahead). Per (s, layout) the
+(karma/plan/plan.py; prefetch one or two blocks ahead). Per (s, layout) the
 smallest k that fits (found by bisection, then stepped down while k - 1 still
 fits: the peak falls with k except at a few boundaries), then the fastest of
 those. Taking the best over s makes the bar stronger, never weaker, than the
@@ -23,7 +23,7 @@ is recomputed once before its backward.
 from __future__ import annotations
 
 from baselines._choose import fastest, judge, named
-from karma.plan import from_policies
+from karma.plan.plan import from_policies
 
 LAYOUTS = (("resident", 1), ("streamed", 1), ("streamed", 2))
 LENGTHS = (1, 2, 4, 8, 16)

@@ -4,7 +4,7 @@ The reference every out-of-core method is compared with; when the model does
 not fit, the simulator rejects the plan and tables print OOM, never a time.
 """
 
-from karma.plan import from_policies
+from karma.plan.plan import from_policies
 
 
 def plan(profile, hw, capacity):

@@ -9,7 +9,7 @@ of least time. Its schedules are *nested*: while recomputing a segment it may
 store further checkpoints inside it and recompute sub-segments again, so a
 stage's forward can run any number of times (Revolve-like).
 
-Our restriction (karma/plan.py has no nested recompute, and the runtime runs
+Our restriction (karma/plan/plan.py has no nested recompute, and the runtime runs
 what the Plan says): a plan is a tiling of the units into kept units and
 recompute segments; a segment keeps its input (on the device) during the
 forward pass and re-runs its forward once, saving everything, right before its
@@ -19,15 +19,15 @@ recomputation). Weights stay resident, nothing is swapped. Among those plans
 this finds the one of least recompute time whose peak memory fits, which,
 with nothing else on the link, is the fastest one.
 
-The dynamic program is karma/recompute_dp.py (one implementation, which
+The dynamic program is karma/planner/recompute_dp.py (one implementation, which
 KARMA's planner also uses as an exact sub-solver of its search); it runs left
 to right over segment boundaries. State: the
 position, whether the block before is kept (a kept neighbour shares its
-boundary tensor with the next block, as karma/simulate.py counts it), and the
+boundary tensor with the next block, as karma/sim/simulate.py counts it), and the
 bytes retained so far for the backward (kept activations and checkpoints).
 Every block's peak is that retained total plus a term of the block alone (its
 forward, its recompute with the gradients of later units, its backward), the
-memory model of karma/simulate.py for this subspace. Dominated states are
+memory model of karma/sim/simulate.py for this subspace. Dominated states are
 dropped; where a position has more candidate states than the program's
 buckets, memory is discretised (rotor's discretisation of the memory slots,
 Sec. 5): only the cheapest state per memory bucket is kept, with its exact
@@ -43,8 +43,8 @@ segment (the most frugal recompute-only plan) is returned.
 from __future__ import annotations
 
 from baselines._choose import Frugal, judge, named
-from karma.plan import from_policies
-from karma.recompute_dp import Chain, solve
+from karma.plan.plan import from_policies
+from karma.planner.recompute_dp import Chain, solve
 
 #: tries with a lowered budget when the simulator finds the plan over capacity
 RETRIES = 4

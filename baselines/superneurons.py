@@ -33,7 +33,7 @@ from after one convolution-like unit through the next, so that, in a layer
 chain, a convolution's output is the offloaded checkpoint and the batch norm
 and ReLU after it are what is recomputed, as SuperNeurons does (the
 convolution closing the segment saves its input before its kernel runs, so the
-recompute stops before it, karma/boundary_memory.py). The tensor cache then keeps on
+recompute stops before it, karma/sim/boundary_memory.py). The tensor cache then keeps on
 the device the offloaded units of the longest suffix of the chain that fits
 (LRU: the last units' tensors are the most recently used), found by bisection.
 Weights stay resident; copies overlap one unit's compute (prefetch depth 2,
@@ -47,7 +47,7 @@ from dataclasses import replace
 
 from baselines._choose import fastest, fits, named
 from baselines._layers import cheap, conv_like
-from karma.plan import from_policies
+from karma.plan.plan import from_policies
 
 DEPTH = 2
 READINGS = ("swap", "host-checkpoint")

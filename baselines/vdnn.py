@@ -20,11 +20,11 @@ layer n's input is offloaded on a copy stream concurrently with layer n's own
 forward, and layer n+1 starts only when both are done. Our copy of a swap
 block starts after the block's forward (its saved tensors exist only then), so
 the same one-layer overlap is "block b's copy overlaps block b+1's forward and
-block b+2 waits for it": prefetch depth 2 in karma/simulate.py's semantics
+block b+2 waits for it": prefetch depth 2 in karma/sim/simulate.py's semantics
 (depth 1 would serialise every copy with the compute, which vDNN does not). In
 the backward our depth 2 prefetches two blocks ahead where vDNN prefetches
 one; the simulator has one depth for both directions. Our prefetch takes its
-device memory when it is issued (karma/simulate.py), so two blocks ahead holds
+device memory when it is issued (karma/sim/simulate.py), so two blocks ahead holds
 one more prefetched block than vDNN's one-layer-ahead prefetch; where depth 2
 does not fit, vDNN_dyn also tries depth 1 (vDNN's own backward: one layer
 ahead), which serialises the forward's copies too: slower, never more memory.
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from baselines._choose import fastest, fits, named
 from baselines._layers import conv_like
-from karma.plan import from_policies
+from karma.plan.plan import from_policies
 
 #: vDNN overlaps each layer's offload with the next layer's compute (see the docstring)
 DEPTH = 2

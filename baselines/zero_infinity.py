@@ -20,7 +20,7 @@ every unit is its own checkpointed segment.
 from __future__ import annotations
 
 from baselines._choose import fastest, fits, named
-from karma.plan import from_policies
+from karma.plan.plan import from_policies
 
 DEPTHS = (1, 2)
 

@@ -6,7 +6,7 @@ device for forward and backward; gradients are offloaded to the host as each
 block's backward produces them; the fp32 master weights and the optimizer
 state live on the host, where the CPU optimizer (Sec. 5.1) updates them; the
 updated weights are copied back to the device. In our Plan that is
-``weights='resident', optimizer='host'`` (karma/plan.py). Activation
+``weights='resident', optimizer='host'`` (karma/plan/plan.py). Activation
 checkpointing (Sec. 6, used with DeepSpeed's per-layer
 ``checkpoint_activations``) only when the model does not fit without it:
 configurations, in order, no checkpointing, then every unit its own
@@ -21,7 +21,7 @@ profile's dtype on the device (fp16 weights when the profile is fp16).
 from __future__ import annotations
 
 from baselines._choose import first_fit, named
-from karma.plan import from_policies
+from karma.plan.plan import from_policies
 
 
 def configurations(profile):

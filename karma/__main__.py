@@ -2,6 +2,6 @@
 
 import sys
 
-from karma.cli import main
+from karma.cli.main import main
 
 sys.exit(main())

@@ -42,11 +42,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import fx, nn
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
-from karma.errors import KarmaError
-from karma.unit_trace import _SKIP, NO_KERNEL
+from karma.core.aten import NO_KERNEL, SIZE_QUERIES
+from karma.core.errors import KarmaError
 
 #: Pieces are merged to at most this many units unless `units` is given: one or two units per layer
 #: of a transformer of up to 96 layers (a layer has two pieces, attention and MLP), every residual
@@ -61,7 +62,7 @@ _DROP = {"aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constr
 class AutoUnit(fx.GraphModule):
     """One unit of an automatic chain. Its repr is its canonical code (operations, module reprs,
     attribute shapes, without the original's names), so identical layers profile once
-    (karma.unit_trace.unit_signature)."""
+    (karma.profile.trace.unit_signature)."""
 
     signature: str = ""
     #: how many pieces (spans between two cuts) it merges: a unit of one piece cannot be split further
@@ -100,7 +101,7 @@ class _Cost(torch.utils._python_dispatch.TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         packet = func._overloadpacket
-        if func.is_view or func in _SKIP or func.namespace == "prim" or str(packet) in NO_KERNEL:
+        if func.is_view or func in SIZE_QUERIES or func.namespace == "prim" or str(packet) in NO_KERNEL:
             return out
         try:
             flops = flop_registry[packet](*args, **kwargs, out_val=out) if packet in flop_registry else 0
@@ -155,8 +156,6 @@ def _is_weight(t: torch.Tensor) -> bool:
 def _propagate(gm: fx.GraphModule, example: torch.Tensor, tail: Callable | None = None) -> None:
     """Fake values and costs of every node (`_Propagate`). `tail(output)` (the loss) runs last and its
     cost is the final node's too: the chain's last unit computes it."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode:
         fake = mode.from_tensor(example)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from karma.storage_lifetimes import storage_bytes, storage_key
+from karma.core.storages import storage_bytes, storage_key
 
 Boundary = torch.Tensor | tuple[torch.Tensor, ...]
 

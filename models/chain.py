@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from karma.core.precision import autocast
+
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -93,9 +95,7 @@ class ChainModel:
 
     def autocast(self):
         """The forward's precision context (torch.autocast for mixed precision; on meta its
-        emulation, karma.precision.MetaAutocast). The backward runs outside it."""
-        from karma.precision import autocast
-
+        emulation, karma.core.precision.MetaAutocast). The backward runs outside it."""
         return autocast(next(self.units.parameters()).device, self.precision)
 
     def step_loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -32,6 +32,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from karma.core.precision import MetaAutocast
+
 
 def splittable(conv: nn.Module) -> bool:
     """Whether `conv` is a 2-d convolution this module can run (zero padding given as numbers)."""
@@ -39,8 +41,6 @@ def splittable(conv: nn.Module) -> bool:
 
 
 def _autocast_on(x: torch.Tensor) -> bool:
-    from karma.precision import MetaAutocast
-
     if x.device.type != "meta" and torch.is_autocast_enabled(x.device.type):
         return True
     return any(isinstance(m, MetaAutocast) for m in torch.overrides._get_current_function_mode_stack())

@@ -11,13 +11,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from karma.errors import KarmaError, choose
-from karma.precision import check as check_precision
-from karma.precision import to_precision
+from karma.core.errors import KarmaError, choose
+from karma.core.precision import check as check_precision
+from karma.core.precision import to_precision
 from models.chain import GRANULARITIES, ChainModel, ModelSpec, sequential
 from models.gpt import GPT_SPECS
 from models.preact_resnet import RESNET1001
 from models.resnet import RESNET50, RESNET200
+from models.specs import build as build_spec
+from models.specs import is_spec
 from models.vgg import VGG16_SPEC
 from models.wide_resnet import WRN_28_10
 
@@ -119,7 +121,7 @@ def mixed_units(s: ModelSpec, split: frozenset[str]):
 def chain_of(model: str, size: str, original: nn.Module, batch: int | None = None, precision: str = "fp32",
              granularity: str = "block", split: frozenset[str] = frozenset()) -> ChainModel:
     """Split an already-built original module into a ChainModel sharing its parameters; in mixed
-    precision its weights become 16-bit (karma.precision.to_precision, in place). `split`: block units
+    precision its weights become 16-bit (karma.core.precision.to_precision, in place). `split`: block units
     cut into their layers in a block chain (`mixed_units`)."""
     s = _check(model, size, batch)
     if split and granularity != "block":
@@ -144,16 +146,12 @@ def build(model: str, size: str = "paper", batch: int | None = None,
           device: str | torch.device = "cpu", seed: int = 0, overrides: dict | None = None,
           precision: str = "fp32", granularity: str = "block", split: frozenset[str] = frozenset()) -> ChainModel:
     """Build `model` at `size` as a chain; `batch` defaults to the preset's batch; `precision`
-    'fp32', 'fp16' or 'bf16' (mixed precision, karma/precision.py); `granularity` 'block' or
+    'fp32', 'fp16' or 'bf16' (mixed precision, karma/core/precision.py); `granularity` 'block' or
     'layer' (models.chain.GRANULARITIES), `split` the block units cut into layers in a block chain
     (`mixed_units`). A model spec (`torchvision:NAME`,
     `hf:MODEL_TYPE`, `package.module:function`, models/specs.py) is built and cut into a chain
     automatically, `size` ignored, `overrides` its options (set, seq, input, units)."""
-    from models.specs import is_spec
-
     if is_spec(model):
-        from models.specs import build as build_spec
-
         return build_spec(model, batch, device, seed, overrides, precision)
     units_of(_check(model, size, batch), granularity)
     check_precision(precision)

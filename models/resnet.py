@@ -13,6 +13,8 @@ from torch import nn
 from models.chain import ModelSpec, random_images
 from models.layer_units import bottleneck_layers, layers_of
 
+# torchvision is imported where its model is built: it takes seconds to import.
+
 LAYERS = {"resnet50": (3, 4, 6, 3), "resnet200": (3, 24, 36, 3)}
 
 

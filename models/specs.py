@@ -32,10 +32,17 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+import yaml
 from torch import nn
 
-from karma.errors import KarmaError
+from karma.core.errors import KarmaError
+from karma.core.precision import check as check_precision
+from karma.core.precision import to_precision
+from models.auto_chain import auto_units
 from models.chain import ChainModel, random_images, sequential
+
+# transformers and torchvision are imported where an hf: or torchvision: spec is built: each takes
+# seconds to import and most runs need neither.
 
 KINDS = "torchvision:NAME, hf:MODEL_TYPE, hf:path/to/config.json or package.module:function"
 #: The default batch of a spec model without --batch.
@@ -60,8 +67,6 @@ def kind_of(spec: str) -> str:
 
 def parse_set(items) -> dict:
     """`key=value` strings (values read as YAML: 48, 1e-5, true, [1, 2], text) -> a dict."""
-    import yaml
-
     out = {}
     for item in items or []:
         key, eq, value = str(item).partition("=")
@@ -273,10 +278,6 @@ BUILDERS = {"torchvision": lambda spec, *a: _torchvision(spec.split(":", 1)[1], 
 def build_pair(spec: str, batch: int | None = None, device: str | torch.device = "cpu", seed: int = 0,
                options: dict | None = None, precision: str = "fp32") -> tuple[nn.Module, ChainModel]:
     """(the original module, its chain sharing its parameters) for a spec; see the module doc."""
-    from karma.precision import check as check_precision
-    from karma.precision import to_precision
-    from models.auto_chain import auto_units
-
     check_precision(precision)
     options = dict(options or {})
     kind = kind_of(spec)

@@ -13,6 +13,8 @@ from torch import nn
 from models.chain import ModelSpec, random_images
 from models.layer_units import layers_of
 
+# torchvision is imported where its model is built: it takes seconds to import.
+
 VGG16 = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
 TINY = [8, "M", 16, "M", 16, 16, "M"]
 

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
-from karma.hardware import load
-from karma.profile import Profile, UnitProfile
-from karma.simulate import simulate
+from karma.core.hardware import load
+from karma.plan.plan import Block, Plan, from_policies
+from karma.profile.profile import Profile, UnitProfile
+from karma.sim.simulate import in_core_peak_bytes, simulate
 
 V100 = load("v100-abci")
 MB = 1e6
@@ -58,11 +59,10 @@ def chains(draw, min_units: int = 1, max_units: int = 8):
                       draw(units(n)))
     hw = replace(V100, h2d_bw=draw(st.floats(1e9, 100e9)), link_duplex=draw(st.sampled_from(["full", "half"])))
     hw = replace(hw, d2h_bw=hw.h2d_bw * draw(st.floats(0.5, 2.0)))
-    from karma.plan import from_policies
 
     lean = simulate(profile, from_policies("random", 1, ["recompute"] * n, segments=list(range(n))), hw,
                     record=False).peak_bytes
-    full = profile.in_core_peak_bytes()
+    full = in_core_peak_bytes(profile)
     capacity = lean + (full - lean) * draw(st.floats(0.0, 1.05))
     return profile, hw, capacity
 
@@ -122,7 +122,7 @@ def adversarial_chains(draw, min_units: int = 1, max_units: int = 5):
     if draw(st.booleans()):
         capacity = peak * draw(st.sampled_from([1.0, 1.0, 1.01, 1.1]))
     else:
-        capacity = draw(st.floats(0.1, 1.05)) * profile.in_core_peak_bytes()
+        capacity = draw(st.floats(0.1, 1.05)) * in_core_peak_bytes(profile)
     return profile, hw, capacity
 
 
@@ -140,10 +140,8 @@ LAYOUTS = (("resident", "device"), ("resident", "host"), ("streamed", "host"))
 
 
 def all_plans(n: int, model: str = "random", batch: int = 1):
-    """Every plan `karma.plan.Plan` can express for n units: any tiling, any policy and checkpoint
+    """Every plan `karma.plan.plan.Plan` can express for n units: any tiling, any policy and checkpoint
     place per block, every prefetch depth 0..blocks (0: on demand; deeper is the same), every weight layout."""
-    from karma.plan import Block, Plan
-
     for tiling in tilings(n):
         for choices in itertools.product(BLOCK_CHOICES, repeat=len(tiling)):
             blocks = tuple(Block(a, b, pol, place) for (a, b), (pol, place) in zip(tiling, choices, strict=True))

@@ -3,6 +3,10 @@
 import pytest
 import torch
 
+from karma.core.hardware import load
+from karma.profile.analytic import analytic_profile
+from models import build
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _one_thread():
@@ -12,9 +16,5 @@ def _one_thread():
 @pytest.fixture(scope="session")
 def tiny_profile():
     """An analytic profile of a tiny ResNet on the paper's machine."""
-    from karma.hardware import load
-    from karma.profile_analytic import analytic_profile
-    from models import build
-
     hw = load("v100-abci")
     return analytic_profile(build("resnet50", "tiny", device="meta"), hw), hw

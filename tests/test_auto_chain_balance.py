@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from karma.hardware import load
-from karma.profile_analytic import analytic_profile
+from karma.core.hardware import load
+from karma.profile.analytic import analytic_profile
 from models.auto_chain import DEFAULT_UNITS, _merge
 from models.specs import build_pair
 

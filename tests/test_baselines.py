@@ -12,12 +12,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from baselines import checkpoint, checkpoint_layers, checkpoint_prefix, superneurons, vdnn, zero_infinity, zero_offload
-from karma.hardware import load
-from karma.plan import Block, Plan, from_policies
-from karma.profile import Profile
-from karma.simulate import simulate
-from karma.strategy import available, get
-from tests.chains import chains, make_unit, tilings
+from baselines._layers import cheap, conv_like
+from karma.core.hardware import load
+from karma.plan.plan import Block, Plan, from_policies
+from karma.profile.analytic import analytic_profile
+from karma.profile.profile import Profile
+from karma.sim.simulate import in_core_peak_bytes, simulate
+from karma.strategies import available, get
+from models.registry import build
+from tests.chains import V100, chains, make_unit, tilings
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 BASELINES = [name for name in available() if name != "karma"]
@@ -145,9 +148,6 @@ def test_vdnn_dyn_is_in_core_when_in_core_fits(case):
 
 def test_vdnn_overlaps_each_copy_with_the_next_layer():
     """Depth 2: the copy of block b runs beside block b+1's forward (Rhu et al. Sec. III-B)."""
-    from karma.profile import Profile
-    from tests.chains import V100, make_unit
-
     units = tuple(make_unit(f"u{i}", forward_time=1.0, backward_time=1.0, saved_bytes=12_000_000_000,
                             input_bytes=1, output_bytes=1) for i in range(3))
     profile = Profile("toy", "tiny", 1, "analytic", "v100-abci", "sgd", units)
@@ -159,10 +159,6 @@ def test_vdnn_overlaps_each_copy_with_the_next_layer():
 
 @pytest.fixture(scope="module")
 def paper():
-    from karma.hardware import load
-    from karma.profile_analytic import analytic_profile
-    from models import build
-
     hw = load("v100-abci")
     return hw, [analytic_profile(build(m, "paper", device="meta"), hw) for m in ("vgg16", "megatron-1.2b")]
 
@@ -170,7 +166,7 @@ def paper():
 def test_paper_models_every_baseline_plans_and_says_why_not_when_nothing_fits(paper):
     hw, profiles = paper
     for profile in profiles:
-        for capacity in (hw.device_memory, profile.in_core_peak_bytes() * 1.01):
+        for capacity in (hw.device_memory, in_core_peak_bytes(profile) * 1.01):
             for name in BASELINES:
                 plan = get(name)(profile, hw, capacity)
                 result = sim(profile, plan, hw, capacity)
@@ -188,13 +184,10 @@ def test_strategy_names_are_the_file_names():
 
 def test_rotor_plans_a_long_chain():
     """335 units (ResNet-1001's length), recompute needed: rotor returns a plan that fits."""
-    from karma.profile import Profile
-    from tests.chains import V100, make_unit
-
     units = tuple(make_unit(f"u{i}", forward_time=1e-3, backward_time=2e-3, saved_bytes=100_000_000,
                             input_bytes=10_000_000, output_bytes=10_000_000) for i in range(335))
     profile = Profile("long", "tiny", 1, "analytic", "v100-abci", "sgd", units)
-    capacity = profile.in_core_peak_bytes() / 4
+    capacity = in_core_peak_bytes(profile) / 4
     result = sim(profile, get("rotor")(profile, V100, capacity), V100, capacity)
     assert result.feasible
     every = from_policies("long", 1, ["recompute"] * 335, segments=list(range(335)))
@@ -214,11 +207,6 @@ def test_at_layer_granularity_a_batch_norm_is_a_cheap_layer_and_superneurons_rec
     """Read from costs, a batch norm applies its two weights per channel at every position, which the reuse rule
     alone took for a convolution: SuperNeurons then swapped it and kept every ReLU's input on the device, and at
     ResNet-50's layer units it reached a smaller batch than in-core training (144 against 164, v100-abci)."""
-    from baselines._layers import cheap, conv_like
-    from karma.hardware import load
-    from karma.profile_analytic import analytic_profile
-    from models.registry import build
-
     hw = load("v100-abci")
     profile = analytic_profile(build("resnet50", "paper", 256, device="meta", granularity="layer"), hw)
     kinds = {u.name: (cheap(u), conv_like(u, profile.batch)) for u in profile.units}

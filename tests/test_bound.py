@@ -1,4 +1,4 @@
-"""The lower bound holds for every plan the Plan type can express (karma/bound.py's claim).
+"""The lower bound holds for every plan the Plan type can express (karma/sim/bound.py's claim).
 
 Adversarial: random chains with shared boundaries, tied weights, huge and negative backward
 workspaces and zero times, capacities at some plan's own peak, and the exhaustive optimum over
@@ -6,14 +6,19 @@ every tiling, policy, checkpoint place, prefetch depth and weight layout (tests/
 """
 
 from dataclasses import replace
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 
-from karma.bound import lower_bound
-from karma.hardware import load
-from karma.plan import Block, Plan, from_policies
-from karma.profile import Profile
-from karma.simulate import simulate
+from karma.core.hardware import load
+from karma.plan.plan import Block, Plan, from_policies
+from karma.planner.planner import plan
+from karma.profile.analytic import analytic_profile
+from karma.profile.profile import Profile
+from karma.sim import bound
+from karma.sim.bound import lower_bound
+from karma.sim.simulate import simulate
+from models import build
 from tests.chains import adversarial_chains, exhaustive_best, make_unit
 
 GB = 1e9
@@ -101,14 +106,10 @@ def test_the_case_hypothesis_found_on_2026_12_04():
 
 
 def test_what_a_forward_finds_copied_out_left_after_each_earlier_forward():
-    """Swapped bytes leave only after their own forward (karma/bound.py, item 3): with only the first
+    """Swapped bytes leave only after their own forward (karma/sim/bound.py, item 3): with only the first
     forward's end bounding them, WRN-28-10's bound was 4.051 s and KARMA's plan 1.068 of it; bounded
     by every earlier forward's end it is 4.158 s, and the plan (4.327 s, simulated on v100-abci) is
     within issue 12's 1.05."""
-    from karma.planner import plan
-    from karma.profile_analytic import analytic_profile
-    from models import build
-
     hw = load("v100-abci")
     profile = analytic_profile(build("wrn28-10", "paper", device="meta"), hw)
     bound = lower_bound(profile, hw)
@@ -117,13 +118,9 @@ def test_what_a_forward_finds_copied_out_left_after_each_earlier_forward():
 
 
 def test_the_program_grows_linearly_with_the_chain():
-    """Sums over earlier or later units are running-sum variables (karma/bound.py _Program.running_sum),
+    """Sums over earlier or later units are running-sum variables (karma/sim/bound.py _Program.running_sum),
     so twice the units make twice the nonzeros, not four times (ResNet-1001's 3339 layer units took
     8 GB and minutes with the sums written out)."""
-    from unittest import mock
-
-    from karma import bound
-
     hw = load("v100-abci")
     sizes = {}
     real = bound._Program.matrix

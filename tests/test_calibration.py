@@ -4,9 +4,11 @@ import dataclasses
 
 import pytest
 
-import karma.hardware as hardware
-import karma.model_parallel as model_parallel
-from karma.calibration import TOLERANCE, table, targets
+import karma.core.hardware as hardware
+import karma.parallel.megatron_model as model_parallel
+from karma.experiments.calibration import TOLERANCE, table, targets
+from karma.profile.trace import NO_KERNEL, trace_unit
+from models.registry import build
 
 
 @pytest.fixture(scope="module")
@@ -54,9 +56,6 @@ def test_ours_is_computed_not_typed(rows, monkeypatch):
 
 def test_the_fused_dropout_and_the_free_views_show_in_the_trace():
     """Dropout is one kernel each way (CUDA's native_dropout), and no alias or allocation-only op is costed."""
-    from karma.unit_trace import NO_KERNEL, trace_unit
-    from models.registry import build
-
     chain = build("megatron-1.2b", "tiny", device="meta")
     x, _ = chain.make_batch(device="meta")
     emb = trace_unit(chain.units[0], x)

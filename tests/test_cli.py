@@ -6,8 +6,11 @@ import sys
 
 import pytest
 
-from karma.cli import main
-from karma.profile import Profile
+from karma.cli.args import GRANULARITIES
+from karma.cli.main import main
+from karma.profile.profile import Profile
+from karma.sim.simulate import in_core_peak_bytes
+from models.chain import GRANULARITIES as ZOO
 
 
 def test_profile_writes_json_and_csv(tmp_path, capsys):
@@ -49,7 +52,7 @@ def test_lists():
 def test_plan_then_simulate(tmp_path, capsys):
     profile, plan, timeline = tmp_path / "p.json", tmp_path / "plan.json", tmp_path / "tl.csv"
     assert main(["profile", "resnet1001", "--size", "tiny", "--out", str(profile)]) == 0
-    capacity = Profile.from_json(profile).in_core_peak_bytes() * 0.8 / 1e9
+    capacity = in_core_peak_bytes(Profile.from_json(profile)) * 0.8 / 1e9
     assert main(["plan", str(profile), "--capacity-gb", str(capacity), "--out", str(plan)]) == 0
     assert "plan/bound" in capsys.readouterr().out
     assert main(["simulate", str(profile), str(plan), "--capacity-gb", str(capacity),
@@ -113,18 +116,11 @@ def test_megatron_refuses_bad_layouts_in_one_line(capsys, args, words):
 
 
 def test_the_command_line_granularities_are_the_zoos():
-    from karma.cli_args import GRANULARITIES
-    from models.chain import GRANULARITIES as ZOO
-
     assert tuple(GRANULARITIES) == ZOO
 
 
 def test_profile_and_plan_at_layer_granularity(tmp_path):
     """A bottleneck split into layers: more units, each boundary's storages named, and a plan that fits."""
-    import json
-
-    from karma.cli import main
-
     out = tmp_path / "p.json"
     assert main(["profile", "resnet50", "--size", "tiny", "--granularity", "layer", "--out", str(out)]) == 0
     units = json.loads(out.read_text())["units"]

@@ -1,13 +1,17 @@
 """Data parallel out-of-core over real MPI ranks (mpiexec from the mpich wheel)."""
 
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
-from karma.plan import from_policies
+from karma.parallel.data_parallel import Paced
+from karma.plan.plan import from_policies
 from karma.runtime.execute import make_optimizer
 from models import build
 
@@ -18,7 +22,7 @@ pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec (mpich whe
 
 def launch(ranks: int, *args, timeout: int = 120):
     """Every multi-rank run has a timeout: a collective called by only some ranks would hang."""
-    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "karma.distributed", MODEL, "--no-dropout",
+    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "karma.parallel.data_parallel", MODEL, "--no-dropout",
            "--optimizer", "sgd", "--global-batch", str(GLOBAL_BATCH), "--steps", str(STEPS), *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
@@ -40,7 +44,7 @@ def one_process_on_the_global_batch():
     (4, "naive", "streamed", False), (2, "pipelined", "resident", False), (4, "naive", "resident", False),
     (2, "pipelined", "streamed", True), (2, "naive", "resident", True)])
 def test_ranks_train_like_one_process_on_the_global_batch(tmp_path, ranks, order, weights, emulated):
-    """Also with the network and the host optimizer emulated (karma.distributed.Paced): pacing only waits."""
+    """Also with the network and the host optimizer emulated (karma.parallel.data_parallel.Paced): pacing only waits."""
     out = tmp_path / "weights.pt"
     plan = tmp_path / "plan.json"
     per_rank = GLOBAL_BATCH // ranks
@@ -65,7 +69,7 @@ def test_a_failing_rank_ends_every_rank_with_its_name(tmp_path):
 
 
 def test_a_global_batch_the_ranks_cannot_share_is_one_line_per_rank(tmp_path):
-    cmd = [str(MPIEXEC), "-n", "3", sys.executable, "-m", "karma.distributed", MODEL, "--global-batch", "4",
+    cmd = [str(MPIEXEC), "-n", "3", sys.executable, "-m", "karma.parallel.data_parallel", MODEL, "--global-batch", "4",
            "--out", str(tmp_path / "never.pt")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "does not split over 3 ranks" in proc.stderr
@@ -74,11 +78,11 @@ def test_a_global_batch_the_ranks_cannot_share_is_one_line_per_rank(tmp_path):
 
 def test_validation_against_the_model_writes_both_orders(tmp_path):
     out = tmp_path / "dp.csv"
-    cmd = [str(MPIEXEC), "-n", "2", sys.executable, "-m", "karma.validate_dp", MODEL, "--size", "tiny", "--batch", "2",
+    cmd = [str(MPIEXEC), "-n", "2", sys.executable, "-m", "karma.experiments.validate_data_parallel", MODEL,
+           "--size", "tiny", "--batch", "2",
            "--steps", "1", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    import pandas as pd
 
     table = pd.read_csv(out)
     assert list(table.order) == ["pipelined", "naive"]
@@ -92,10 +96,6 @@ def test_validation_against_the_model_writes_both_orders(tmp_path):
 
 def test_paced_resources_queue_in_order():
     """An emulated resource serves one job after another: deadlines add up from when it is free."""
-    import time
-
-    from karma.distributed import Paced
-
     pace = Paced()
     now = time.perf_counter()
     first = pace.reserve(0.2, now)
@@ -109,8 +109,6 @@ def test_a_dying_rank_ends_the_job_naming_it(tmp_path):
     """mpiexec ends every rank and names a PID; the ranks' first lines map it to its rank. It names the
     first process it sees end, and it ends the survivors with the same SIGKILL the dying rank got, so
     that may be either rank (2026-12-01: rank 0 once in a full run, rank 1 otherwise)."""
-    import re
-
     out = tmp_path / "never.pt"
     proc = launch(2, "--die-on-rank", "1", "--out", str(out), timeout=60)
     text = proc.stdout + proc.stderr

@@ -1,12 +1,18 @@
 """Step accuracy within each repeat at the processor's speed of that repeat (karma/runtime/drift.py,
-karma/runtime/emulation.py _relative_accuracy), and the runtime rows karma/regress.py makes of it."""
+karma/runtime/emulation.py _relative_accuracy), and the runtime rows karma/report/regress.py makes of it."""
 
 import math
 
 import pandas as pd
 import pytest
 
-from karma.regress import _runtime_rows
+from karma.core.hardware import load
+from karma.plan.plan import Block, unchecked
+from karma.profile.profile import Profile
+from karma.report.regress import _runtime_rows
+from karma.runtime.drift import at_speed, fit_speed, predictor
+from karma.runtime.emulation import _relative_accuracy
+from karma.sim.simulate import simulate
 from tests.chains import make_unit
 
 NAN = float("nan")
@@ -16,8 +22,6 @@ def test_a_drift_every_strategy_shares_is_the_repeats_scale_and_a_plan_the_model
     """Step accuracy within each repeat (karma/runtime/emulation.py): the machine 20% slower in the second
     repeat and 10% faster in the third moves every ratio alike and only the scale; a strategy the model
     predicts 30% fast is off in every repeat whatever the drift; an OOM strategy takes no part."""
-    from karma.runtime.emulation import _relative_accuracy
-
     predicted = {"a": 1.0, "b": 2.0, "c": 4.0, "d": 1.0}
     drift = [1.0, 1.2, 0.9]
     results = {"a": {"times": [1.0 * k for k in drift]}, "b": {"times": [2.0 * k for k in drift]},
@@ -43,8 +47,6 @@ def test_strategies_the_processor_does_not_move_fall_back_to_one_scale():
     """Plans all bound by the link (predictions that do not move with the processor's speed): no speed explains
     a repeat 20% over them (drift.fit_speed gives None), and every prediction is scaled by the repeat's median
     ratio instead, as before drift.py; their columns processor_speed stay empty."""
-    from karma.runtime.emulation import _relative_accuracy
-
     predicted = {"a": 1.0, "b": 2.0}
     results = {"a": {"times": [1.2, 1.2]}, "b": {"times": [2.4, 2.4 * 1.1]}}
     df = pd.DataFrame({"strategy": list(predicted), "predicted_s": list(predicted.values())})
@@ -60,12 +62,6 @@ def test_a_link_bound_plan_keeps_its_time_when_the_processor_drifts():
     a swap plan bound by the link runs at its prediction and a recompute plan 20% over it. Judged against one
     scale of every prediction both were off by 10%; at the fitted speed both are within 1% of it (so is
     KARMA's predicted speedup at that speed of the measured one), and a run at the profile's speed fits 1."""
-    from karma.hardware import load
-    from karma.plan import Block, unchecked
-    from karma.profile import Profile
-    from karma.runtime.drift import at_speed, fit_speed, predictor
-    from karma.simulate import simulate
-
     unit = make_unit(forward_time=0.01, backward_time=0.02, saved_bytes=int(4e9), recompute_extra_time=0.001)
     profile = Profile("m", "small", 1, "measured", "cpu", "sgd", (unit,) * 4)
     hw = load("v100-abci")

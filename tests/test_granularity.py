@@ -6,14 +6,15 @@ import copy
 import pytest
 import torch
 
-from karma.cli import make_profile
-from karma.errors import KarmaError
-from karma.granularity import AUTO_NOTE, blocks_to_split
-from karma.hardware import load
-from karma.plan import from_policies
+from karma.core.errors import KarmaError
+from karma.core.hardware import load
+from karma.plan.plan import from_policies
+from karma.profile.build import make_profile
+from karma.profile.granularity import AUTO_NOTE, blocks_to_split
 from models import build
 from models.registry import build_original, chain_of
 from tests.test_layer_units import assert_computes_the_original
+from tests.test_runtime import train_both
 
 HW = load("v100-abci")
 
@@ -36,8 +37,6 @@ def test_a_mixed_chain_computes_the_original_model(name, split):
 @pytest.mark.parametrize("labels", [["swap"] * 3 + ["recompute"] * 6 + ["keep"] * 99,
                                     ["recompute", "swap"] * 60])
 def test_a_plan_of_a_mixed_chain_trains_exactly_like_plain_pytorch(labels):
-    from tests.test_runtime import train_both
-
     split = frozenset({"stem", "layer1_0"})
     n = len(build("resnet50", "tiny", device="meta", split=split))
     plan = from_policies("resnet50", 2, labels[:n], segments=[2, 5], checkpoint="host", prefetch_depth=1,

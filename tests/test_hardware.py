@@ -5,8 +5,8 @@ import re
 import pytest
 import yaml
 
-from karma.errors import KarmaError
-from karma.hardware import FIELDS, PRESET_DIR, load, preset_names
+from karma.core.errors import KarmaError
+from karma.core.hardware import FIELDS, PRESET_DIR, figure_sources, load, preset_names
 
 
 def test_paper_machine_and_newer_ones_exist():
@@ -98,8 +98,6 @@ def test_user_file_round_trips(tmp_path):
 
 @pytest.mark.parametrize("name", preset_names())
 def test_every_figure_of_every_preset_names_its_source(name):
-    from karma.hardware import figure_sources
-
     rows = figure_sources(name)
     assert sorted(r["field"] for r in rows) == sorted(FIELDS)
     assert all(r["source"] for r in rows), [r["field"] for r in rows if not r["source"]]

@@ -1,7 +1,7 @@
 """Every bad input is one line on stderr and exit status 2, and nothing is written (issue 14, item 4).
 
 Files (profiles, plans, hardware, references) are checked where they are read, each field for
-type and range (karma.errors.number); command-line numbers must be finite and positive.
+type and range (karma.core.errors.number); command-line numbers must be finite and positive.
 """
 
 import json
@@ -12,12 +12,13 @@ import sys
 import pytest
 import yaml
 
-from karma.cli import main
-from karma.errors import KarmaError, finite_everywhere
-from karma.hardware import PRESET_DIR, load
-from karma.plan import from_policies
-from karma.profile_analytic import analytic_profile
+from karma.cli.main import main
+from karma.core.errors import KarmaError, finite_everywhere
+from karma.core.hardware import PRESET_DIR, load
+from karma.plan.plan import from_policies
+from karma.profile.analytic import analytic_profile
 from models import build
+from tests.test_workflow import copy_workflow, run
 
 
 @pytest.fixture(scope="module")
@@ -287,8 +288,6 @@ def test_a_config_number_must_be_finite(config, words):
 
 
 def test_the_pipeline_refuses_a_nan_in_its_config(tmp_path):
-    from tests.test_workflow import copy_workflow, run
-
     cwd = copy_workflow(tmp_path)
     config = yaml.safe_load((cwd / "config/config.yaml").read_text())
     config["runtime"]["capacity_fraction"] = math.nan

@@ -6,6 +6,7 @@ included); the lower bound stays below every feasible plan."""
 import copy
 import dataclasses
 import math
+import random
 from concurrent.futures import wait
 
 import pytest
@@ -13,17 +14,23 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from karma.errors import KarmaError
-from karma.hardware import load
-from karma.plan import from_policies
-from karma.profile import Profile
-from karma.profile_analytic import analytic_profile
+from karma.core.errors import KarmaError
+from karma.core.hardware import load
+from karma.plan.coarsen import block_groups
+from karma.plan.plan import Block, Plan, from_policies
+from karma.profile.analytic import analytic_profile
+from karma.profile.profile import Profile
+from karma.profile.trace import trace_unit
 from karma.runtime.execute import make_optimizer, train_step
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
-from karma.simulate import simulate
+from karma.runtime.streamed import HostWeights
+from karma.sim.bound import lower_bound
+from karma.sim.simulate import simulate
 from models import build
 from models.registry import build_original, chain_of
+from tests.chains import all_plans
+from tests.test_runtime import train_both
 
 MODELS = ["resnet50", "resnet1001", "wrn28-10", "vgg16", "megatron-1.2b"]
 SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -71,8 +78,6 @@ def layer_plan(draw, models=tuple(MODELS)):
 @SETTINGS
 @given(layer_plan())
 def test_any_plan_of_a_layer_chain_trains_exactly_like_plain_pytorch(case):
-    from tests.test_runtime import train_both
-
     name, plan = case
     ref, run, _ = train_both(name, plan, steps=2, granularity="layer")
     for (key, a), b in zip(ref.units.state_dict().items(), run.units.state_dict().values(), strict=True):
@@ -96,8 +101,6 @@ def serial_peak(name: str, batch: int, plan) -> float:
 
 def serial_step(name: str, batch: int, plan):
     """(StepReport, the ledger's (seconds, bytes in use) trace) of that step."""
-    from karma.runtime.streamed import HostWeights
-
     run = build(name, "small", batch, seed=0, granularity="layer")
     ledger = Ledger(math.inf)
     with SerialLink(1e15, 1e15) as link:
@@ -168,9 +171,6 @@ def window(profile: Profile, start: int, stop: int) -> Profile:
 def test_no_plan_of_a_layer_window_beats_the_bound(small_profiles, start):
     """Exhaustively over the whole plan space (tests/chains.py) of 4-unit windows whose boundaries carry the
     skip, at capacities from the in-core peak down to the most frugal plan's."""
-    from karma.bound import lower_bound
-    from tests.chains import all_plans
-
     hw = load("v100-abci")
     profile = window(small_profiles["resnet50"], start, start + 4)
     assert any(len(u.boundary_out) > 1 for u in profile.units)
@@ -183,12 +183,9 @@ def test_no_plan_of_a_layer_window_beats_the_bound(small_profiles, start):
 
 
 def test_the_lower_bound_is_below_every_feasible_layer_plan(small_profiles):
-    from karma.bound import lower_bound
-
     hw = load("v100-abci")
     profile = small_profiles["resnet50"]
     n = len(profile.units)
-    import random
 
     rng = random.Random(0)
     in_core = simulate(profile, from_policies("resnet50", 8, ["keep"] * n), hw, capacity=math.inf).peak_bytes
@@ -206,13 +203,13 @@ def test_the_lower_bound_is_below_every_feasible_layer_plan(small_profiles):
 #: A KARMA plan of ResNet-50 small b64 at layer granularity (the reach case's, rule validate_reach) that ran
 #: out of its capacity in the runtime: two neighbouring swapped blocks both saved a skip, but the earlier one
 #: saved it twice (its ReLU and the next conv), so the runtime copied it with each block, not once; the
-#: simulator lent it (karma.block_bytes.lent_storages now lends only what a block saves once).
+#: simulator lent it (karma.sim.block_bytes.lent_storages now lends only what a block saves once).
 UNDER_PREDICTED = ("RRRR|rrr|rrrrrrr|S|rrrrrrrrr|S|rrrrrrrrr|SSS|SSSSSSSS|rrrrrrrrrrrrrrrrrrrrrrrrrrrrr|"
                    "RRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRR|K|KKKKKKKKKKKKKKKKKK|RRRRR|KKKKKKKKKKKKKKKKKK|K|KKKKKKKKKKKK|KKKKKKKKKKK")
 #: The reach case's next KARMA plan (streamed, on demand), planned to 0.5% under its capacity: the runtime's
 #: memory step peaked 1.2% over the prediction, out of the capacity, at the sum of the two gradients of a
 #: fork (a block's input, read by its first conv and by the skip): plain PyTorch sums them in place, the
-#: runtime's memory-tracking dispatch mode made it sum out of place (karma.storage_lifetimes.accumulates_gradients).
+#: runtime's memory-tracking dispatch mode made it sum out of place (karma.core.storages.accumulates_gradients).
 FORK_SUM = ("K|RRRRR|KKK|R|R|RRR|S|RRRRRR|K|RR|K|R|RR|RRRRRR|SS|SSSSSSS|SSS|SSSSSSS|K|RR|K|RR|R|KK|R|KK|R|K|RR|R|"
             "KKKKK|R|K|RRR|KKKKK|R|K|R|K|RR|KKKKKK|R|KKKKKKKKK|R|KKKKKKKKK|R|KKKKKKKKK|R|KKKKKKKKK|R|KKKKKKKKK|R|K|R|"
             "KKKKKKKKK|R|KKKKKKKKKKKKK")
@@ -260,8 +257,6 @@ def resnet50_layer_plan(code: str, depth: int):
     """(fast-link hardware, analytic layer profile of ResNet-50 small b64, the plan `code` spells: one
     letter per unit, K keep, S swap, R recompute from a host checkpoint, r from a device one; `|` cuts
     blocks; weights streamed at prefetch `depth`)."""
-    from karma.plan import Block, Plan
-
     kinds = {"K": ("keep", "device"), "S": ("swap", "device"), "R": ("recompute", "host"),
              "r": ("recompute", "device")}
     blocks, at = [], 0
@@ -300,7 +295,7 @@ def test_a_block_lets_go_of_its_input_once_its_first_unit_has_read_it():
     until their last reader, as a plain forward does: 72.2 MB measured in the forward against 68.2 simulated
     (copies in program order here; 88.2 against 81.8 with the emulated link's copies in flight). Now the block
     takes its input over, and the forward stays under the simulator's (53.8 MB: the simulator's forward is
-    conservative by a boundary activation between swapped units, karma/simulate.py). Its overall peak, in
+    conservative by a boundary activation between swapped units, karma/sim/simulate.py). Its overall peak, in
     the backward, hid the difference from the peak tests above."""
     fast, profile, plan = resnet50_layer_plan(BLOCK_INPUT_HELD, 2)
     sim = simulate(profile, plan, fast, capacity=math.inf)
@@ -312,9 +307,7 @@ def test_a_block_lets_go_of_its_input_once_its_first_unit_has_read_it():
 def test_an_op_of_no_duration_lets_go_before_the_next_op_allocates(depth):
     """A residual add's backward takes no time (it passes its gradient on): its output gradient was held
     until every allocation at its end, so with the next unit's backward (the downsample's): whole blocks
-    swapped at depth 1 were predicted 123.0 MB, the runtime measured 106.1 (karma/schedule.py)."""
-    from karma.coarsen import block_groups
-
+    swapped at depth 1 were predicted 123.0 MB, the runtime measured 106.1 (karma/sim/schedule.py)."""
     fast, profile = resnet50_layer_profile()
     assert any(not u.backward_time for u in profile.units)
     code = "|".join("S" * (b - a) for a, b in block_groups(profile, 37))
@@ -338,8 +331,6 @@ def test_a_recompute_ending_in_the_layer_chains_convolution_makes_its_output_aga
 def test_a_recompute_stops_before_a_built_in_kernel_that_packs_first():
     """The trace orders packs and kernels: torch's own convolution packs its input and weight before its
     kernel (a recompute ending with it stops there), a batch norm packs its statistics after."""
-    from karma.unit_trace import trace_unit
-
     x = torch.randn(2, 3, 8, 8, requires_grad=True)
     conv = trace_unit(torch.nn.Conv2d(3, 4, 3), x)
     norm = trace_unit(torch.nn.BatchNorm2d(3), x)

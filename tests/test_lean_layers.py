@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from karma.hardware import load
-from karma.plan import from_policies
-from karma.planner import plan as karma_plan
-from karma.profile_analytic import analytic_profile
-from karma.simulate import simulate
+from karma.core.hardware import load
+from karma.plan.plan import from_policies
+from karma.planner.planner import plan as karma_plan
+from karma.profile.analytic import analytic_profile
+from karma.sim.simulate import simulate
 from models.lean_layers import conv_input_grad_last, relu_saving_mask
 from models.registry import build
 from tests.test_layer_units import serial_peak

@@ -1,4 +1,4 @@
-"""The Megatron cost model (karma/model_parallel.py) and the large-NLP comparison, on the meta device."""
+"""The Megatron cost model (karma/parallel/megatron_model.py) and the large-NLP comparison, on the meta device."""
 
 import math
 
@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from karma.errors import KarmaError
-from karma.hardware import load
-from karma.large_nlp import KARMA, MEGATRON, ZERO, compare, summary
-from karma.model_parallel import (
+from karma.core.errors import KarmaError
+from karma.core.hardware import load
+from karma.experiments.large_nlp import KARMA, MEGATRON, ZERO, compare, summary
+from karma.parallel.megatron_model import (
     Layout,
     best_layout,
     check_placement,
@@ -19,10 +19,10 @@ from karma.model_parallel import (
     tp_allreduce_time,
     with_tp_comm,
 )
-from karma.plan import from_policies
-from karma.profile_analytic import analytic_profile
-from karma.simulate import simulate
-from karma.tensor_parallel import check_degree
+from karma.parallel.tensor_parallel import check_degree
+from karma.plan.plan import from_policies
+from karma.profile.analytic import analytic_profile
+from karma.sim.simulate import simulate
 from models import build
 
 HW = load("v100-abci")

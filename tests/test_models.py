@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from karma.errors import KarmaError
+from karma.core.errors import KarmaError
 from models import MODELS, build, build_original
 from models.registry import chain_of
 

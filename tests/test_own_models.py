@@ -10,12 +10,17 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from karma.errors import KarmaError
-from karma.plan import from_policies
+from karma.cli.main import main
+from karma.core.errors import KarmaError
+from karma.core.hardware import load
+from karma.plan.plan import from_policies
+from karma.profile.analytic import analytic_profile
+from karma.runtime.emulation import run_steps
 from karma.runtime.execute import make_optimizer, scaled, train_step
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
 from karma.runtime.streamed import HostWeights
+from karma.sim.simulate import simulate
 from models.specs import build_pair, parse_set
 
 IMAGES = {"input": "3x32x32", "set": {"num_classes": 10}}
@@ -107,11 +112,6 @@ def test_any_plan_trains_an_automatic_chain_exactly_like_the_original(spec, data
 @SETTINGS
 @given(data=st.data())
 def test_the_simulator_predicts_an_automatic_chains_peak_within_5_percent(spec, data):
-    from karma.hardware import load
-    from karma.profile_analytic import analytic_profile
-    from karma.runtime.emulation import run_steps
-    from karma.simulate import simulate
-
     _, meta_chain, _ = built(spec, "meta")
     _, chain = fresh(spec, 1)
     assert len(meta_chain) == len(chain)
@@ -143,16 +143,12 @@ def test_a_tied_head_is_one_parameter_in_two_units():
     ("not a spec:x", "is none of"),
 ])
 def test_what_cannot_be_a_chain_is_refused_in_one_line(spec, words, capsys):
-    from karma.cli import main
-
     assert main(["profile", spec, "--batch", "2", "--out", "/dev/null/x.json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err
 
 
 def test_a_users_function_profiles_and_plans(tmp_path, capsys):
-    from karma.cli import main
-
     profile, plan = tmp_path / "p.json", tmp_path / "plan.json"
     assert main(["profile", "examples.own_model:mlp", "--batch", "64", "--set", "depth=4", "width=256",
                  "--out", str(profile)]) == 0

@@ -1,14 +1,22 @@
-"""The exact re-tiling around swap blocks (karma/plan_dp.py) and its program's limits (karma/recompute_dp.py):
+"""The exact re-tiling around swap blocks (karma/planner/retile.py) and its program's limits
+(karma/planner/recompute_dp.py):
 bounded segments, host checkpoints only where their copy hides, swap blocks grown at the head of kept runs."""
+
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from karma.plan_dp import cut_kept, grow_swaps, kept_runs, retile, with_swap
-from karma.plan_search import INFEASIBLE, Search
-from karma.plan_space import Space
-from karma.recompute_dp import Chain, solve
+from karma.core.hardware import load
+from karma.plan.space import Space
+from karma.planner import planner
+from karma.planner.recompute_dp import Chain, solve
+from karma.planner.retile import cut_kept, grow_swaps, kept_runs, retile, with_swap
+from karma.planner.search import INFEASIBLE, Search
+from karma.profile.analytic import analytic_profile
+from karma.sim.simulate import simulate
+from models import build
 from tests.chains import chains
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -65,7 +73,7 @@ def test_a_host_checkpoint_segment_hides_its_copy_behind_its_forward(case, data)
 @settings(max_examples=200, deadline=None, database=None)
 @given(st.integers(1, 12).flatmap(lambda n: st.tuples(st.just(n), tilings(n))), st.data())
 def test_a_swap_block_set_into_a_plan_keeps_what_lies_clear_of_it(nb, data):
-    """karma.plan_dp.with_swap: the result tiles the chain with [a, b) swapped, every block clear of it
+    """karma.planner.retile.with_swap: the result tiles the chain with [a, b) swapped, every block clear of it
     unchanged, and no cut that was not there or at a or b (re-tiling merges kept runs between cuts)."""
     n, blocks = nb
     a = data.draw(st.integers(0, n - 1))
@@ -89,7 +97,7 @@ def test_kept_runs_are_the_maximal_runs_of_kept_units_longest_first(blocks):
 @settings(max_examples=200, deadline=None, database=None)
 @given(st.integers(1, 12).flatmap(tilings), st.integers(1, 5))
 def test_kept_runs_cut_every_length_units_leave_the_other_blocks_alone(blocks, length):
-    """karma.plan_dp.cut_kept: the chain tiled again, every block that is not kept unchanged, each maximal
+    """karma.planner.retile.cut_kept: the chain tiled again, every block that is not kept unchanged, each maximal
     kept run cut into blocks of `length` units from its start (the last one shorter)."""
     n = blocks[-1][1]
     new = cut_kept(blocks, length)
@@ -103,7 +111,7 @@ def test_kept_runs_cut_every_length_units_leave_the_other_blocks_alone(blocks, l
 @SETTINGS
 @given(chains(min_units=2, max_units=8))
 def test_grown_swaps_fit_are_no_slower_and_need_swaps_in_the_space(case):
-    """karma.plan_dp.grow_swaps: from a plan that fits, one that fits and is no slower; the same one again;
+    """karma.planner.retile.grow_swaps: from a plan that fits, one that fits and is no slower; the same one again;
     nothing where the space has no swaps."""
     profile, hw, capacity = case
     n = len(profile.units)
@@ -123,7 +131,7 @@ def test_grown_swaps_fit_are_no_slower_and_need_swaps_in_the_space(case):
 @SETTINGS
 @given(chains(min_units=3, max_units=8), st.data())
 def test_bounded_retiled_plans_keep_their_swap_blocks_and_fit(case, data):
-    """Re-tiling with bounded segments (a long chain's, karma.plan_polish.retile_limits) keeps the swap
+    """Re-tiling with bounded segments (a long chain's, karma.planner.polish.retile_limits) keeps the swap
     blocks, bounds the segments and returns only plans that fit."""
     profile, hw, capacity = case
     n = len(profile.units)
@@ -140,17 +148,9 @@ def test_bounded_retiled_plans_keep_their_swap_blocks_and_fit(case, data):
 
 @pytest.mark.slow
 def test_resnet1001s_plan_swaps_the_head_of_a_kept_run():
-    """The case `grow_swaps` is for (karma/plan_dp.py): ResNet-1001 on v100-abci, whose plans without it
+    """The case `grow_swaps` is for (karma/planner/retile.py): ResNet-1001 on v100-abci, whose plans without it
     stayed 0.5% slower than with it (0.76388 s against 0.76118; simulated, 2026-12-05): the planner's plan
     is no slower than the polished plan alone, and swaps a block inside what that plan keeps."""
-    from unittest import mock
-
-    from karma import planner
-    from karma.hardware import load
-    from karma.profile_analytic import analytic_profile
-    from karma.simulate import simulate
-    from models import build
-
     hw = load("v100-abci")
     profile = analytic_profile(build("resnet1001", "paper", device="meta"), hw)
     with mock.patch.object(planner, "grow_swaps", lambda search, state, *_: state):

@@ -1,13 +1,20 @@
-"""Path relinking between walk ends (karma/plan_relink.py): plans as labels and back, paths that only
+"""Path relinking between walk ends (karma/planner/relink.py): plans as labels and back, paths that only
 ever return a faster plan that fits, deterministic."""
+
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from karma.plan_relink import from_labels, labels, relink, relink_ends
-from karma.plan_search import INFEASIBLE, Search
-from karma.plan_space import Space
+from karma.core.hardware import load
+from karma.plan.space import Space
+from karma.planner import planner
+from karma.planner.relink import from_labels, labels, relink, relink_ends
+from karma.planner.search import INFEASIBLE, Search
+from karma.profile.analytic import analytic_profile
+from karma.sim.simulate import simulate
+from models import build
 from tests.chains import chains
 from tests.test_plan_dp import tilings
 
@@ -39,7 +46,7 @@ def test_labels_round_trip_and_any_mix_of_two_plans_is_a_plan(pair, data):
 @SETTINGS
 @given(chains(min_units=2, max_units=7), st.data())
 def test_a_path_returns_its_start_or_a_faster_plan_that_fits(case, data):
-    """karma.plan_relink.relink: the start itself, or a plan the search ranks before it (faster, or less
+    """karma.planner.relink.relink: the start itself, or a plan the search ranks before it (faster, or less
     over the capacity: one that fits if the start does); the same again from a fresh memo; a path to
     itself goes nowhere."""
     profile, hw, capacity = case
@@ -56,7 +63,7 @@ def test_a_path_returns_its_start_or_a_faster_plan_that_fits(case, data):
 @SETTINGS
 @given(chains(min_units=2, max_units=7), st.data())
 def test_relinked_ends_are_no_slower_than_the_fastest_end(case, data):
-    """karma.plan_relink.relink_ends: never slower than the fastest of the ends it is given (a plan that
+    """karma.planner.relink.relink_ends: never slower than the fastest of the ends it is given (a plan that
     fits where one of them does), whatever its budget."""
     profile, hw, capacity = case
     n = len(profile.units)
@@ -71,16 +78,8 @@ def test_relinked_ends_are_no_slower_than_the_fastest_end(case, data):
 
 @pytest.mark.slow
 def test_megatrons_plan_is_faster_with_relinking():
-    """The case relinking is for (karma/plan_relink.py): Megatron-1.2B on v100-abci, seed 5, whose walks
+    """The case relinking is for (karma/planner/relink.py): Megatron-1.2B on v100-abci, seed 5, whose walks
     alone end at 1.81052 s, 1.07% over the long search's 1.79139; relinked 1.79810 (simulated, 2026-12-05)."""
-    from unittest import mock
-
-    from karma import planner
-    from karma.hardware import load
-    from karma.profile_analytic import analytic_profile
-    from karma.simulate import simulate
-    from models import build
-
     hw = load("v100-abci")
     profile = analytic_profile(build("megatron-1.2b", "paper", device="meta"), hw)
     with mock.patch.object(planner, "RELINK_WORK", 0):

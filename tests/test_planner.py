@@ -1,19 +1,23 @@
 """KARMA's planner against the exhaustive optimum, every baseline, and the strategy interface."""
 
 import math
+from dataclasses import replace
 from functools import cache
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from karma import strategy
-from karma.errors import KarmaError
-from karma.hardware import load
-from karma.plan import Plan, from_policies
-from karma.planner import plan
-from karma.simulate import simulate
+from karma import strategies as strategy
+from karma.core.errors import KarmaError
+from karma.core.hardware import load
+from karma.plan.plan import Plan, from_policies
+from karma.planner.planner import plan
+from karma.profile.analytic import analytic_profile
+from karma.profile.profile import Profile
+from karma.sim.simulate import in_core_peak_bytes, simulate
+from models import build
 from models.registry import PAPER_SIX
-from tests.chains import chains, exhaustive_best
+from tests.chains import V100, chains, exhaustive_best, make_unit
 
 SETTINGS = settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
@@ -79,11 +83,6 @@ def test_a_cheap_recompute_that_lets_a_deeper_prefetch_fit_is_found():
     """Drawn by the test above (2026-12-01): the optimum recomputes unit 1 (its recompute, the last of
     its segment, costs half its forward) so that depth 2 of the streamed layout fits; it is two moves
     from the streamed seed (all kept, depth 1), and the planner was 1.8% slower (0.3692 s vs 0.3628 s)."""
-    from dataclasses import replace
-
-    from karma.profile import Profile
-    from tests.chains import V100, make_unit
-
     MB = 1e6
     rows = [  # forward s, backward s, saved, input, output, params, workspace, backward workspace (MB), extras s
         (0.04074477018943054, 0.08148994782656298, 1573, 110, 32, 81, 242, 14, 0.0, 0.0),
@@ -117,9 +116,6 @@ def test_karma_is_never_slower_than_any_baseline(case):
 
 @cache
 def paper_profile(name):
-    from karma.profile_analytic import analytic_profile
-    from models import build
-
     return analytic_profile(build(name, "paper", device="meta"), load("v100-abci"))
 
 
@@ -158,7 +154,7 @@ def test_baselines_are_found_by_file_name():
 
 def test_plan_json_round_trip(tmp_path, tiny_profile):
     profile, hw = tiny_profile
-    outcome = strategy.run_strategy("karma", profile, hw, capacity=profile.in_core_peak_bytes() * 0.99)
+    outcome = strategy.run_strategy("karma", profile, hw, capacity=in_core_peak_bytes(profile) * 0.99)
     path = tmp_path / "plan.json"
     outcome.plan.to_json(path)
     again = Plan.from_json(path)

@@ -1,7 +1,7 @@
-"""The planner-gap report (karma/planner_gap.py) says what keeps a model from issue 12's targets."""
+"""The planner-gap report (karma/experiments/planner_gap.py) says what keeps a model from issue 12's targets."""
 
-from karma.hardware import load
-from karma.planner_gap import COLUMNS, Gap, record
+from karma.core.hardware import load
+from karma.experiments.planner_gap import COLUMNS, Gap, record
 
 
 def test_a_seed_missing_the_best_plan_found_blames_the_search():

@@ -2,17 +2,29 @@
 
 import contextlib
 import os
+import subprocess
+import sys
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from karma.errors import KarmaError
-from karma.hardware import load
-from karma.plan_search import INFEASIBLE, Search
-from karma.plan_space import Space
-from karma.planner import WALKS, plan, walk_depths
-from karma.simulate import simulate
+from karma.core.errors import KarmaError
+from karma.core.hardware import load
+from karma.plan.coarsen import balanced_groups, block_groups, clean_cuts, merge
+from karma.plan.space import Space, to_plan
+from karma.planner import planner
+from karma.planner import polish as plan_polish
+from karma.planner.planner import REACH_GROUPS, WALKS, plan, unit_walks, walk_depths
+from karma.planner.polish import exact_seeds
+from karma.planner.recompute_dp import Chain, solve
+from karma.planner.retile import retile
+from karma.planner.search import INFEASIBLE, Search
+from karma.profile.analytic import analytic_profile
+from karma.profile.profile import backward_transient
+from karma.sim.simulate import simulate
+from models import build
 from tests.chains import chains
 
 SETTINGS = settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -23,9 +35,6 @@ SETTINGS = settings(max_examples=5, deadline=None, suppress_health_check=list(He
 def test_a_merged_group_keeps_its_largest_backward_transient(case, data):
     """The planner searches merged groups: a group's backward must hold what its worst unit holds
     (the first unit's input is the batch, the last ends in the loss: neither has that gradient)."""
-    from karma.coarsen import merge
-    from karma.unit_gradients import backward_transient
-
     profile, _, _ = case
     n = len(profile.units)
     start = data.draw(st.integers(0, n - 1))
@@ -38,12 +47,7 @@ def test_a_merged_group_keeps_its_largest_backward_transient(case, data):
 @SETTINGS
 @given(chains(min_units=1, max_units=8))
 def test_exact_recompute_seeds_tile_the_chain_and_fit(case):
-    """karma/recompute_dp.py: its blocks tile the units, and each seed the planner keeps fits."""
-    from karma.plan_polish import exact_seeds
-    from karma.plan_search import INFEASIBLE, Search
-    from karma.plan_space import Space
-    from karma.recompute_dp import Chain, solve
-
+    """karma/planner/recompute_dp.py: its blocks tile the units, and each seed the planner keeps fits."""
     profile, hw, capacity = case
     n = len(profile.units)
     blocks = solve(Chain(profile), 1e18)
@@ -59,14 +63,8 @@ def test_exact_recompute_seeds_tile_the_chain_and_fit(case):
 @SETTINGS
 @given(chains(min_units=4, max_units=8))
 def test_exact_seeds_over_runs_of_a_long_chain_tile_it_and_fit(case):
-    """A chain longer than EXACT_UNITS is solved over that many runs (karma/plan_polish.py exact_seeds): its
+    """A chain longer than EXACT_UNITS is solved over that many runs (karma/planner/polish.py exact_seeds): its
     seeds still tile every unit, a kept run one block per unit, and those kept fit."""
-    from unittest import mock
-
-    from karma import plan_polish
-    from karma.plan_search import INFEASIBLE, Search
-    from karma.plan_space import Space
-
     profile, hw, capacity = case
     n = len(profile.units)
     search = Search(profile, hw, capacity, Space())
@@ -93,12 +91,7 @@ def test_same_inputs_give_the_same_plan(case):
 @SETTINGS
 @given(chains(min_units=2, max_units=8), st.data())
 def test_retiled_plans_keep_their_swap_blocks_and_fit(case, data):
-    """karma/plan_dp.py: the program tiles the chain around the pinned swap blocks; re-tiled plans fit."""
-    from karma.plan_dp import retile
-    from karma.plan_search import INFEASIBLE, Search
-    from karma.plan_space import Space
-    from karma.recompute_dp import Chain, solve
-
+    """karma/planner/retile.py: the program tiles the chain around the pinned swap blocks; re-tiled plans fit."""
     profile, hw, capacity = case
     n = len(profile.units)
     a = data.draw(st.integers(0, n - 1))
@@ -116,11 +109,6 @@ def test_beyond_the_reach_of_merged_groups_the_planner_searches_from_finer_ones(
     """Where no plan of the coarse chain fits (a merged group's backward alone is over the capacity), the
     planner searches again from REACH_GROUPS times the groups and keeps the fastest plan (issue 16); where it fits,
     one coarse search (the paper models: the pipeline's tables are unchanged)."""
-    from karma.coarsen import block_groups, clean_cuts
-    from karma.planner import REACH_GROUPS
-    from karma.profile_analytic import analytic_profile
-    from models import build
-
     hw = load("v100-abci")
     blocks = analytic_profile(build("resnet50", "tiny", 16, device="meta"), hw)
     layers = analytic_profile(build("resnet50", "tiny", 16, device="meta", granularity="layer"), hw)
@@ -138,10 +126,6 @@ def test_a_layer_chains_coarse_groups_are_whole_blocks():
     """Layer units: the coarse groups cut only where a boundary carries one tensor (between residual blocks),
     so a recomputed group's checkpoint is not the skip beside the running output; block units: the
     time-balanced groups as before (their boundaries name no storages), so the paper's plans do not change."""
-    from karma.coarsen import balanced_groups, block_groups, clean_cuts
-    from karma.profile_analytic import analytic_profile
-    from models import build
-
     hw = load("v100-abci")
     blocks = analytic_profile(build("resnet50", "tiny", 16, device="meta"), hw)
     layers = analytic_profile(build("resnet50", "tiny", 16, device="meta", granularity="layer"), hw)
@@ -160,11 +144,6 @@ def test_a_refined_plan_over_the_capacity_is_repaired_to_the_fastest_neighbour_t
     """The first-improvement descent of the refinement levels, from a plan over the capacity, moves to the
     fastest neighbour that fits, not to the first one less over (which walked ResNet-50's layer chain at
     batch 656 from a 2.6 s plan into an 18 s one)."""
-    from karma.plan_search import INFEASIBLE, Search
-    from karma.plan_space import Space, to_plan
-    from karma.profile_analytic import analytic_profile
-    from models import build
-
     hw = load("v100-abci")
     profile = analytic_profile(build("resnet50", "tiny", 16, device="meta"), hw)
     n = len(profile.units)
@@ -184,7 +163,7 @@ def test_a_refined_plan_over_the_capacity_is_repaired_to_the_fastest_neighbour_t
 
 
 def test_walks_keep_to_the_deep_prefetch_depths_where_a_plan_fits(tiny_profile):
-    """A short chain's walks (karma.planner.walk_depths): the deepest `WALKS` overlapping depths but the
+    """A short chain's walks (karma.planner.planner.walk_depths): the deepest `WALKS` overlapping depths but the
     seeds' own, each only where a plan of it fits already; none where no deep prefetch fits (the reach)."""
     profile, hw = tiny_profile
     search = Search(profile, hw, hw.device_memory, Space())
@@ -203,10 +182,8 @@ def test_walks_keep_to_the_deep_prefetch_depths_where_a_plan_fits(tiny_profile):
 @SETTINGS
 @given(chains(min_units=2, max_units=8))
 def test_unit_walks_end_no_slower_than_they_start_and_are_seeded(case):
-    """karma.planner.unit_walks (a chain of more units than coarse groups, Megatron-1.2B's): from a plan
+    """karma.planner.planner.unit_walks (a chain of more units than coarse groups, Megatron-1.2B's): from a plan
     that fits, the walks return one that fits and is no slower, the same one for the same seed."""
-    from karma.planner import unit_walks
-
     profile, hw, capacity = case
     n = len(profile.units)
     start = (tuple((i, i + 1, "R") for i in range(n)), 1, "resident")
@@ -223,15 +200,11 @@ def test_unit_walks_end_no_slower_than_they_start_and_are_seeded(case):
 @SETTINGS
 @given(chains(min_units=3, max_units=8))
 def test_a_walked_plan_that_fits_is_final(case):
-    """A chain of more units than groups is walked unit by unit (karma/planner.py step 4); where the walks
+    """A chain of more units than groups is walked unit by unit (karma/planner/planner.py step 4); where the walks
     end in a plan that fits, it is the plan: the polish, which runs after the walks only from a plan over
     the capacity (its seeds, the most frugal state among them, may still find one that fits), is skipped.
     (A search of one group per unit, as the reach's finer cuts can be on a short chain, is not walked
     and is polished.)"""
-    from unittest import mock
-
-    from karma import planner
-
     profile, hw, capacity = case
     events = []
     walks, polish = planner.unit_walks, planner.polish
@@ -258,11 +231,8 @@ def test_the_plan_does_not_depend_on_the_processs_string_hashes():
     """WRN-28-10 has equally fast plans; the polish sorted its starts out of a set, whose order follows
     Python's per-process string hashes, so two pipeline runs planned two of them (2026-12-05: the
     scaling table's efficiency at 2048 GPUs moved, 0.99175 and 0.99210)."""
-    import subprocess
-    import sys
-
-    code = ("from karma.profile_analytic import analytic_profile; from karma.hardware import load; "
-            "from models import build; from karma.planner import plan; hw = load('v100-abci'); "
+    code = ("from karma.profile.analytic import analytic_profile; from karma.core.hardware import load; "
+            "from models import build; from karma.planner.planner import plan; hw = load('v100-abci'); "
             "print(plan(analytic_profile(build('wrn28-10', 'paper', device='meta'), hw), hw, hw.device_memory))")
     plans = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed},
                             capture_output=True, text=True, check=True).stdout for seed in ("1", "3")}

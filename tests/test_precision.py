@@ -1,4 +1,4 @@
-"""Mixed precision (karma/precision.py): bf16 out-of-core training equals plain bf16 training, the
+"""Mixed precision (karma/core/precision.py): bf16 out-of-core training equals plain bf16 training, the
 analytic profile traces autocast's casts on the meta device, and the memory model counts 16-bit
 weights with fp32 masters where the optimizer runs."""
 
@@ -9,25 +9,27 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from karma.block_bytes import block_bytes
-from karma.cli import main
-from karma.hardware import load
-from karma.plan import from_policies
-from karma.precision import (
+import karma.profile.trace as unit_trace
+from karma.cli.main import main
+from karma.core.hardware import load
+from karma.core.precision import (
     LossScaler,
     MetaAutocast,
     MixedPrecisionOptimizer,
     master_bytes,
     optimizer_bytes,
 )
-from karma.profile import Profile
-from karma.profile_analytic import analytic_profile
-from karma.profile_chain import profile_chain
+from karma.plan.plan import from_policies
+from karma.profile.analytic import analytic_profile
+from karma.profile.chain import profile_chain
+from karma.profile.profile import Profile
+from karma.runtime.emulation import run_steps
 from karma.runtime.execute import make_optimizer, scaled, train_step
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
 from karma.runtime.streamed import HostWeights
-from karma.simulate import optimizer_traffic_bytes, simulate
+from karma.sim.block_bytes import block_bytes
+from karma.sim.simulate import optimizer_traffic_bytes, simulate
 from models import build
 from tests.test_runtime import keep_or_recompute_plan
 
@@ -117,8 +119,6 @@ def test_fp16_streamed_training_equals_plain_fp16_training():
 
 
 def trace_bytes(name, device, policy=None):
-    import karma.unit_trace as unit_trace
-
     chain = build(name, "tiny", device=device, precision="bf16")
     if policy is None:
         return profile_chain(chain, torch.device(device), lambda *a: (1.0, 1.0, 0.0, 0.0), "measured", "x", "")
@@ -235,10 +235,7 @@ def test_simulator_static_bytes_and_traffic_per_layout_in_mixed_precision(layout
 def test_simulated_peak_within_5_percent_of_the_runtimes_in_bf16(case):
     """The profile traced on meta under CPU autocast rules (the runtime here is a CPU) predicts the
     peak the runtime measures with 16-bit weights and fp32 masters on its ledger."""
-    from karma.runtime.emulation import run_steps
-
     name, plan = case
-    import karma.unit_trace as unit_trace
 
     original = unit_trace.autocast
     unit_trace.autocast = lambda d, p, _policy=None: original(d, p, "cpu")

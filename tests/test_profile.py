@@ -7,12 +7,14 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from karma.errors import KarmaError
-from karma.hardware import load
-from karma.profile import Profile
-from karma.profile_analytic import analytic_profile
-from karma.profile_measured import measured_profile
-from karma.storage_lifetimes import storage_key
+from karma.core.errors import KarmaError
+from karma.core.hardware import load
+from karma.core.storages import storage_key
+from karma.plan.coarsen import merge
+from karma.profile.analytic import analytic_profile
+from karma.profile.measured import consistent_extra, measured_profile, time_unit
+from karma.profile.profile import GradientBytes, Profile
+from karma.profile.trace import OpRecorder, trace_unit
 from models import MODELS, build
 from models.registry import PAPER_SIX
 
@@ -112,8 +114,6 @@ def test_gpt_tied_embedding_counted_once():
 def test_a_tied_gradient_is_counted_once_from_its_first_backward_on():
     """The head makes the table's gradient; the layers between make only theirs; the embedding
     accumulates into it (the credit went to the unit after the head, found on the runtime's peak)."""
-    from karma.unit_gradients import GradientBytes
-
     profile = analytic_profile(build("megatron-1.2b", "tiny", device="meta"), V100)
     grads = GradientBytes()
     made = [grads(u) for u in reversed(profile.units)]
@@ -176,8 +176,6 @@ def test_storage_key_distinguishes_meta_storages():
 def test_in_core_peak_matches_the_live_memory_of_a_real_step(name):
     """The memory model (per unit, composed) against one real CPU step of the whole chain, with every
     storage the step creates tracked until its last tensor dies (weights and optimizer state apart)."""
-    from karma.unit_trace import OpRecorder
-
     chain = build(name, "small")
     x, y = chain.make_batch()
     live = OpRecorder()
@@ -193,8 +191,6 @@ def test_a_units_output_counts_where_it_lives(saves_output):
     """An output nobody saved is a forward transient (then the next unit holds it); one the unit saved
     (a final ReLU) is a saved tensor, freed during the unit's own backward, which must not count it
     as held (ResNet's units: the profile held it, and SuperNeurons' peak was 5.7% over the runtime's)."""
-    from karma.unit_trace import trace_unit
-
     n = 256
     unit = torch.nn.Sequential(torch.nn.Linear(n, n), *([torch.nn.ReLU()] if saves_output else []))
     x = torch.randn(64, n, requires_grad=True)
@@ -221,12 +217,10 @@ class _Counted(torch.nn.Module):
 
 def test_a_measured_recompute_is_the_runtimes_checkpointed_forward_inside_the_backward():
     """time_unit times per repeat a plain pass and a checkpointed one, and the same two ending in an
-    op that saves the output; each checkpointed backward runs the forward again (karma/checkpointing.py,
+    op that saves the output; each checkpointed backward runs the forward again (karma/profile/checkpointing.py,
     as the runtime does), which is what the recompute's extra times are measured from. Counted, not
     timed: six forwards per repeat, and the recomputes leave the BatchNorm statistics as one forward
     per pass would."""
-    from karma.profile_measured import time_unit
-
     unit, x = _Counted(), torch.randn(8, 4)
     fwd, bwd, last, inner = time_unit(unit, x, None, None, torch.device("cpu"), reps=2, warmup=1)
     assert unit.calls == 3 * 6
@@ -239,14 +233,10 @@ def test_a_measured_recompute_is_the_runtimes_checkpointed_forward_inside_the_ba
     ([0.02, -0.001, 0.03], 0.0), ([0.0, 0.01, 0.02], 0.0),  # noise around 0: the paper's recompute = forward
     ([0.01], 0.01)])
 def test_a_recompute_premium_is_kept_only_where_every_repeat_agrees_on_its_sign(differences, expected):
-    from karma.profile_measured import consistent_extra
-
     assert consistent_extra(differences) == pytest.approx(expected)
 
 
 def test_a_recompute_premium_survives_the_file_and_coarsening(tmp_path):
-    from karma.coarsen import merge
-
     profile = analytic_profile(build("resnet50", "tiny", device="meta"), V100)
     assert all(u.recompute_time(last) == u.forward_time for u in profile.units for last in (True, False))
     premium = dataclasses.replace(profile, units=tuple(

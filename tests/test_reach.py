@@ -1,4 +1,4 @@
-"""Reach (karma/reach.py): the search finds the last batch that fits, throughputs are ratios of one run."""
+"""Reach (karma/experiments/reach.py): the search finds the last batch that fits, throughputs are ratios of one run."""
 
 import fnmatch
 import math
@@ -10,9 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from karma.hardware import load
-from karma.reach import Batches, fits, largest_batch, lerp, model_reach, search, zoo_batches
-from karma.reach_report import markdown, published
+from karma.core.hardware import load
+from karma.experiments.reach import Batches, fits, largest_batch, lerp, model_reach, search, zoo_batches
+from karma.report.reach_figure import reach_figure
+from karma.report.reach_report import markdown, published
+from karma.sim.simulate import in_core_peak_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 V100 = load("v100-abci")
@@ -46,7 +48,7 @@ def tiny():
     """Tiny ResNet-1001 profiles (CIFAR-sized; tiny ResNet-50 cannot run batch 1), and a device whose
     memory holds about 20 samples in core."""
     batches = zoo_batches("resnet1001", V100, size="tiny")
-    one, two = batches.exact(1).in_core_peak_bytes(), batches.exact(2).in_core_peak_bytes()
+    one, two = in_core_peak_bytes(batches.exact(1)), in_core_peak_bytes(batches.exact(2))
     return batches, replace(V100, device_memory=one + 19.5 * (two - one))
 
 
@@ -122,7 +124,7 @@ def test_limit_hit_is_said():
 
 def test_no_in_core_reference_when_in_core_does_not_fit_at_batch_1():
     batches, hw = tiny()
-    small = replace(hw, device_memory=batches.exact(1).in_core_peak_bytes() * 0.9)
+    small = replace(hw, device_memory=in_core_peak_bytes(batches.exact(1)) * 0.9)
     table = pd.DataFrame(model_reach("resnet1001", batches, small, ["incore", "zero-infinity"], multiples=(1,),
                                      limit_factor=4, log=lambda _: None)).set_index("strategy")
     assert pd.isna(table.loc["incore"].reach_batch) and table.loc["incore"].limit_batch == 4
@@ -154,8 +156,6 @@ def test_published_rows_have_a_source_and_the_package_ships_them():
 
 
 def test_markdown_says_simulated_and_their_hardware(tmp_path):
-    from karma.reach_figure import reach_figure
-
     batches, hw = tiny()
     text = markdown(rows(), published(), hw)
     assert "simulated" in text and "their systems on their hardware" in text and "2010.14109" in text

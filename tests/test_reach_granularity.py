@@ -1,11 +1,14 @@
-"""The reach page's granularity case (karma/reach_granularity.py): KARMA at block, layer and auto units."""
+"""The reach page's granularity case (karma/experiments/reach_granularity.py): KARMA at block, layer and auto units."""
 
 import math
 
 import pandas as pd
 
-from karma.hardware import load
-from karma.reach_granularity import GRANULARITIES, granularity_rows, incore_throughput, markdown
+from karma.core.errors import KarmaError
+from karma.core.hardware import load
+from karma.experiments import reach, reach_granularity
+from karma.experiments.reach_granularity import GRANULARITIES, granularity_rows, incore_reference, incore_throughput
+from karma.report.reach_report import granularity_markdown as markdown
 
 HW = load("v100-abci")
 
@@ -23,9 +26,6 @@ def test_every_granularity_is_planned_and_compared_with_in_core():
 
 
 def test_a_granularity_where_nothing_fits_says_so(monkeypatch):
-    from karma import reach_granularity
-    from karma.errors import KarmaError
-
     def no_plan(*_args, **_kwargs):
         raise KarmaError("no plan fits in 16.000 GB; the most frugal plan found needs 32.370 GB")
 
@@ -45,8 +45,6 @@ def test_in_core_throughput_is_the_block_chains():
 
 
 def test_each_precision_is_compared_with_in_core_training_in_that_precision():
-    from karma.reach_granularity import incore_reference
-
     largest32, speed32 = incore_reference("resnet50", HW, "fp32", size="tiny", limit=256)
     largest16, speed16 = incore_reference("resnet50", HW, "fp16", size="tiny", limit=256)
     assert largest32 and largest16 and speed32 > 0 and speed16 > 0
@@ -58,17 +56,12 @@ def test_each_precision_is_compared_with_in_core_training_in_that_precision():
 
 
 def test_in_core_reference_is_none_where_batch_one_does_not_fit(monkeypatch):
-    from karma import reach
-    from karma.reach_granularity import incore_reference
-
     monkeypatch.setattr(reach, "search", lambda *_args, **_kwargs: (None, ""))
     largest, speed = incore_reference("resnet50", HW, "fp16", size="tiny", limit=64)
     assert largest is None and math.isnan(speed)
 
 
 def test_the_case_takes_the_tables_in_core_reference_in_its_precision_and_searches_the_others(monkeypatch):
-    from karma import reach_granularity
-
     table = pd.DataFrame([{"model": "resnet50", "strategy": "incore", "granularity": "block", "reach_batch": 8,
                            "samples_per_s": 10.0}])
     asked = []

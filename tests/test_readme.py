@@ -1,10 +1,12 @@
 """The README's results come from the committed reference run, never typed by hand."""
 
+import re
 from pathlib import Path
 
 import pandas as pd
 
-from karma.readme import render
+from karma.report.readme import render
+from models.registry import MODELS, spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -12,13 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_readme_results_table_matches_the_reference_run():
     readme = (ROOT / "README.md").read_text()
     metrics = pd.read_csv(ROOT / "results" / "reference" / "metrics.csv")
-    assert render(readme, metrics) == readme, "README is stale: run python -m karma.readme"
+    assert render(readme, metrics) == readme, "README is stale: run python -m karma.report.readme"
 
 
 def test_the_zoo_table_gives_each_models_paper_batch():
-    import re
-
-    from models.registry import MODELS, spec
-
     rows = dict(re.findall(r"^\| ([a-z0-9.-]+) \| .* \| ([0-9]+) \|$", (ROOT / "README.md").read_text(), re.M))
     assert {m: int(rows[m]) for m in MODELS} == {m: spec(m).batch["paper"] for m in MODELS}

@@ -7,7 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from karma.regress import COLUMNS, _runtime_rows, compare
+from karma.cli.main import main
+from karma.report.regress import COLUMNS, _runtime_rows, compare
 
 NAN = math.nan
 
@@ -203,8 +204,6 @@ def write_results(results, runtime=RUNTIME, karma_time=1.0, dp_ratio=1.15, reach
 
 @pytest.fixture
 def recorded(tmp_path):
-    from karma.cli import main
-
     results = tmp_path / "results"
     write_results(results)
     reference = tmp_path / "reference.csv"
@@ -213,8 +212,6 @@ def recorded(tmp_path):
 
 
 def compare_cli(results, reference, *extra):
-    from karma.cli import main
-
     return main(["compare", "--results", str(results), "--reference", str(reference), *extra])
 
 
@@ -223,7 +220,7 @@ def test_the_same_run_passes_strict(recorded):
     assert compare_cli(results, reference, "--strict") == 0
     recorded_table = pd.read_csv(reference)
     assert {"metric", "kind", "value", "min", "max"} <= set(recorded_table.columns)
-    # karma/readme.py reads these rows
+    # karma/report/readme.py reads these rows
     assert "speedups/m/karma/time_s" in set(recorded_table.metric)
     assert "speedups/m/karma/time_over_bound" in set(recorded_table.metric)
 

@@ -3,14 +3,15 @@
 import pandas as pd
 import pytest
 
-from karma.errors import KarmaError
-from karma.hardware import load
-from karma.profile import Profile
-from karma.profile_analytic import analytic_profile
+from karma.core.errors import KarmaError
+from karma.core.hardware import load
+from karma.profile.analytic import analytic_profile
+from karma.profile.profile import Profile
 from karma.runtime.emulation import emulated_hardware
 from karma.runtime.rates import Rates
 from karma.runtime.replay import replan, row_of
-from karma.strategy import get
+from karma.sim.simulate import in_core_peak_bytes
+from karma.strategies import get
 from models import build
 
 
@@ -21,7 +22,7 @@ def run(tmp_path_factory):
     path = tmp_path_factory.mktemp("run") / "m.profile.json"
     profile.to_json(path)
     rates = Rates(100e6, 100e6, 4e9, 4e9, "emulated")
-    planned = profile.in_core_peak_bytes() * 0.6
+    planned = in_core_peak_bytes(profile) * 0.6
     plan = get("karma")(profile, emulated_hardware(profile, rates, planned), planned)
     row = {"model": "megatron-1.2b", "batch": 8, "strategy": "karma", "plan": plan.policies(),
            "capacity_MB": planned / 0.95 / 1e6, "h2d_Bps": rates.h2d, "d2h_Bps": rates.d2h,

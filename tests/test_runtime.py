@@ -1,21 +1,32 @@
 """The runtime executes any plan exactly and within its memory (CPU, emulated device)."""
 
 import math
+import threading
 from concurrent.futures import wait
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch.profiler import ProfilerActivity, profile
 
-from karma.errors import KarmaError
-from karma.plan import from_policies
-from karma.runtime.execute import make_optimizer, train_step
-from karma.runtime.ledger import DeviceOOM, Ledger
+from karma.core.errors import KarmaError
+from karma.core.hardware import load
+from karma.core.storages import storage_key
+from karma.plan.plan import from_policies
+from karma.profile.analytic import analytic_profile
+from karma.profile.measured import measured_profile
+from karma.runtime.copies import copy_into, to_device, to_host
+from karma.runtime.cuda import CudaRunner
+from karma.runtime.emulation import EmulatedRunner, default_link_bandwidth, run_steps, validate
+from karma.runtime.execute import make_optimizer, pools_by_stream, train_step
+from karma.runtime.gpu_check import main
+from karma.runtime.ledger import DeviceOOM, Ledger, LiveTracker
 from karma.runtime.link import EmulatedLink
+from karma.runtime.rates import Rates, cpu_rates, measure_host_update
 from karma.runtime.saved import SavedTensors
 from karma.runtime.streamed import HostWeights
-from karma.storage_lifetimes import storage_key
+from karma.sim.simulate import in_core_peak_bytes, simulate
 from models import build
 
 MODELS = ["resnet50", "vgg16", "resnet1001", "wrn28-10", "megatron-1.2b"]
@@ -147,12 +158,8 @@ def test_emulated_link_takes_bytes_over_bandwidth():
 
 
 def test_validate_compares_every_strategy_with_its_prediction():
-    from karma.profile_measured import measured_profile
-    from karma.runtime.emulation import EmulatedRunner, default_link_bandwidth, validate
-    from karma.runtime.rates import cpu_rates
-
     profile = measured_profile(build("wrn28-10", "tiny", batch=8), reps=1, warmup=0)
-    capacity = profile.in_core_peak_bytes()
+    capacity = in_core_peak_bytes(profile)
     link = default_link_bandwidth(profile) * 100
     runner = EmulatedRunner(lambda: build("wrn28-10", "tiny", batch=8, seed=1), capacity, link, steps=1)
     table = validate(profile, ["vdnn", "karma"], capacity, cpu_rates(link, profile.optimizer), runner)
@@ -167,11 +174,6 @@ def test_validate_compares_every_strategy_with_its_prediction():
 def test_validate_writes_a_table_when_every_plan_runs_out():
     """A run in which every planned strategy ran out of the emulated device (the reach case's one plan that fits
     did, in a pipeline run) is a table of such rows, not a crash of the rule."""
-    from karma.hardware import load
-    from karma.profile_analytic import analytic_profile
-    from karma.runtime.emulation import validate
-    from karma.runtime.rates import Rates
-
     class OutOfMemory:
         steps = 1
 
@@ -182,7 +184,7 @@ def test_validate_writes_a_table_when_every_plan_runs_out():
             raise DeviceOOM("forward of block 0: over")
 
     profile = analytic_profile(build("wrn28-10", "tiny", 8, device="meta"), load("v100-abci"))
-    table = validate(profile, ["karma"], profile.in_core_peak_bytes(), Rates(1e8, 1e8, 1e9, 1e9, "emulated"),
+    table = validate(profile, ["karma"], in_core_peak_bytes(profile), Rates(1e8, 1e8, 1e9, 1e9, "emulated"),
                      OutOfMemory())
     assert list(table.status) == ["OOM (measured): forward of block 0: over"]
     assert table.measured_s.isna().all() and table.memory_wait_s.isna().all()
@@ -192,8 +194,6 @@ def test_validate_writes_a_table_when_every_plan_runs_out():
 def test_the_host_optimizer_rate_is_measured_with_the_runtimes_optimizer(optimizer):
     """Bytes touched per second by one host thread; Adam touches 7 values per weight, SGD 5, so a
     step of the same weights takes Adam longer but its rate stays the same order."""
-    from karma.runtime.rates import measure_host_update
-
     rate = measure_host_update(optimizer, nbytes=4 << 20, reps=2)
     assert 1e7 < rate < 1e12
 
@@ -213,11 +213,6 @@ def keep_or_recompute_plan(draw, models=tuple(MODELS)):
 def test_the_simulator_predicts_the_runtimes_peak_within_5_percent(case):
     """DESIGN.md: the simulator agrees with the runtime on what it measures. The profile is counted on
     the meta device (equal to a real run, FACTS.md); the runtime counts every tensor it creates."""
-    from karma.hardware import load
-    from karma.profile_analytic import analytic_profile
-    from karma.runtime.emulation import run_steps
-    from karma.simulate import simulate
-
     name, plan = case
     predicted = simulate(analytic_profile(build(name, "tiny", 2, device="meta"), load("v100-abci")), plan,
                          load("v100-abci"), capacity=math.inf).peak_bytes
@@ -227,16 +222,12 @@ def test_the_simulator_predicts_the_runtimes_peak_within_5_percent(case):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: run the check itself")
 def test_the_gpu_check_without_a_gpu_is_one_line(capsys):
-    from karma.runtime.gpu_check import main
-
     assert main([]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["gpu_check: error: CUDA was asked for but no CUDA device is available"]
 
 
 def test_copies_on_the_cpu_are_exact_clones():
-    from karma.runtime.copies import copy_into, to_device, to_host
-
     t = torch.randn(3, 4).t()
     h = to_host(t)
     assert torch.equal(h, t) and h.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
@@ -275,8 +266,6 @@ def test_a_saved_weight_view_does_not_keep_an_evicted_upload_alive():
 def test_a_cuda_run_happens_in_a_process_of_its_own_and_its_error_comes_back():
     """CudaRunner runs each plan in a fresh process (a failed run can leave device memory behind);
     the child's error comes back as the same error, here the one for a machine without CUDA."""
-    from karma.runtime.cuda import CudaRunner
-
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the run would succeed")
     n = len(build("wrn28-10", "tiny", device="meta"))
@@ -287,8 +276,6 @@ def test_a_cuda_run_happens_in_a_process_of_its_own_and_its_error_comes_back():
 
 def test_an_oom_names_each_streams_pool():
     """A CUDA OOM reports the allocator's pools per stream (from memory_snapshot segments)."""
-    from karma.runtime.cuda import pools_by_stream
-
     segments = [{"stream": 0, "total_size": 4e9, "allocated_size": 1e9},
                 {"stream": 0x55, "total_size": 2e9, "allocated_size": 0},
                 {"stream": 0, "total_size": 1e9, "allocated_size": 1e9}]
@@ -309,13 +296,9 @@ def _fork(n: int):
 
 
 def test_a_forks_two_gradients_are_summed_in_place_as_plain_pytorch_sums_them():
-    """The premise of karma.storage_lifetimes.accumulates_gradients, on this torch: a plain backward sums a fork's
+    """The premise of karma.core.storages.accumulates_gradients, on this torch: a plain backward sums a fork's
     gradients in place (no out-of-place add in the backward), and the emulated device's memory step counts
     that sum as plain PyTorch's memory holds it, not as the new tensor its own dispatch mode makes."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from karma.runtime.ledger import LiveTracker
-
     n = 256
     loss = _fork(n)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -338,8 +321,6 @@ def test_an_allocation_past_the_capacity_waits_for_the_copies_to_the_host_in_fli
     of memory (karma/runtime/ledger.py): with a swap-out in flight whose end frees 60 of the 100 bytes, an
     allocation of 60 waits for it and fits, and the peak never passes the capacity; with nothing in flight, or
     on a link worker's thread (which must not wait on its own queue), it is out of memory at once."""
-    import threading
-
     ledger = Ledger(100)
     ledger.hold("swapped", 60, "store", "block 0")
     ledger.expect_release()

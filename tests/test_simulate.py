@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from karma.plan import Block, Plan, from_policies
-from karma.profile import Profile
-from karma.simulate import optimizer_traffic_bytes, simulate
+from karma.plan.plan import Block, Plan, from_policies
+from karma.profile.profile import Profile
+from karma.sim.simulate import optimizer_traffic_bytes, simulate
 from tests.chains import V100, adversarial_chains, all_plans, chains, make_unit
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
@@ -130,7 +130,7 @@ def test_no_link_is_so_fast_that_it_needs_more_memory_than_the_plan_was_checked_
     prefetch it delays lets a download end first), so only this bound is claimed."""
     profile, hw, _ = case
     # ops of no duration are left out: their frees follow every allocation at their instant
-    # (karma/schedule.py's tie rule, conservative), which reorders with the link where no real op does
+    # (karma/sim/schedule.py's tie rule, conservative), which reorders with the link where no real op does
     profile = replace(profile, units=tuple(replace(u, forward_time=max(u.forward_time, 1e-6),
                                                    backward_time=max(u.backward_time, 1e-6)) for u in profile.units))
     plans = [p for p in all_plans(len(profile.units)) if (p.weights, p.optimizer) == ("resident", "device")]

@@ -7,9 +7,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from karma.errors import KarmaError
-from karma.network import allreduce_time, ring
-from karma.simulate import simulate
+from karma.core.errors import KarmaError
+from karma.experiments.scaling import interpolate
+from karma.profile.analytic import analytic_profile
+from karma.sim.network import allreduce_time, ring
+from karma.sim.simulate import in_core_peak_bytes, simulate
+from models import build
 from tests.chains import V100, chains
 from tests.test_simulate import random_plan
 
@@ -59,15 +62,11 @@ def test_an_infinitely_fast_network_costs_nothing(case, data):
 
 
 def test_interpolated_profile_equals_a_real_one_at_an_intermediate_batch():
-    from karma.profile_analytic import analytic_profile
-    from karma.scaling import interpolate
-    from models import build
-
     one = analytic_profile(build("wrn28-10", "tiny", 1, device="meta"), V100)
     big = analytic_profile(build("wrn28-10", "tiny", 8, device="meta"), V100)
     real = analytic_profile(build("wrn28-10", "tiny", 4, device="meta"), V100)
     mid = interpolate(one, big, 4)
     assert mid.activation_bytes() == real.activation_bytes()
     # the workspace is a peak of live tensors, not exactly linear in the batch
-    assert mid.in_core_peak_bytes() == pytest.approx(real.in_core_peak_bytes(), rel=0.02)
+    assert in_core_peak_bytes(mid) == pytest.approx(in_core_peak_bytes(real), rel=0.02)
     assert mid.forward_time() == pytest.approx(real.forward_time(), rel=0.02)

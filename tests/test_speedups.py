@@ -1,14 +1,14 @@
-"""The speedup summary (karma/speedups.py): the strongest baseline named, vDNN out of the mean, and,
+"""The speedup summary (karma/experiments/speedups.py): the strongest baseline named, vDNN out of the mean, and,
 for a plan over 1.05 of the bound, whose fault it is from the long search `compare` ran."""
 
 from unittest import mock
 
 import pandas as pd
 
-from karma import speedups
-from karma.hardware import load
-from karma.planner_gap import blame
-from karma.profile import Profile
+from karma.core.hardware import load
+from karma.experiments import speedups
+from karma.experiments.planner_gap import blame
+from karma.profile.profile import Profile
 from tests.chains import make_unit
 
 
@@ -39,7 +39,7 @@ def test_a_plan_over_the_bound_target_says_whose_fault_it_is():
     bound = speedups.summary(_table(1.06, 1.06)).iloc[0]
     assert bound.over_bound_blame == "bound or plan space"
     unknown = speedups.summary(_table(1.06, None)).iloc[0]
-    assert unknown.over_bound_blame == "unknown" and "karma.planner_gap" in unknown.note
+    assert unknown.over_bound_blame == "unknown" and "karma.experiments.planner_gap" in unknown.note
     head = speedups.headline(_table(1.06, 1.03), speedups.summary(_table(1.06, 1.03)))
     assert head["models_over_bound_target"] == "m (1.060: search)"
 

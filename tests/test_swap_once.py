@@ -5,11 +5,11 @@ import math
 
 import pytest
 
-from karma.hardware import load
-from karma.plan import from_policies
-from karma.profile_analytic import analytic_profile
+from karma.core.hardware import load
+from karma.plan.plan import from_policies
+from karma.profile.analytic import analytic_profile
 from karma.runtime.emulation import run_steps
-from karma.simulate import simulate
+from karma.sim.simulate import simulate
 from models import build
 
 V100 = load("v100-abci")

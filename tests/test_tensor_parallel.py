@@ -1,4 +1,4 @@
-"""Megatron tensor / hybrid parallelism over real MPI ranks (karma/hybrid_parallel.py)."""
+"""Megatron tensor / hybrid parallelism over real MPI ranks (karma/parallel/hybrid_parallel.py)."""
 
 import subprocess
 import sys
@@ -36,7 +36,7 @@ def one_process_on_the_global_batch(size: str, global_batch: int):
 def test_split_layers_match_the_unsplit_model_and_train_like_one_process(tmp_path, ranks, tp, size):
     out = tmp_path / "weights.pt"
     global_batch = 4
-    proc = launch(ranks, "karma.hybrid_parallel", "--tp", str(tp), "--size", size, "--global-batch",
+    proc = launch(ranks, "karma.parallel.hybrid_parallel", "--tp", str(tp), "--size", size, "--global-batch",
                   str(global_batch), "--steps", str(STEPS), "--no-dropout", "--optimizer", "sgd", "--check",
                   "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -50,7 +50,7 @@ def test_split_layers_match_the_unsplit_model_and_train_like_one_process(tmp_pat
 
 
 def test_a_degree_that_does_not_divide_the_heads_is_one_line(tmp_path):
-    proc = launch(4, "karma.hybrid_parallel", "--tp", "4", "--out", str(tmp_path / "never.pt"), timeout=60)
+    proc = launch(4, "karma.parallel.hybrid_parallel", "--tp", "4", "--out", str(tmp_path / "never.pt"), timeout=60)
     assert proc.returncode != 0
     assert "tensor-parallel degree 4 does not divide the 2 heads" in proc.stderr
     assert "valid degrees: 1, 2" in proc.stderr
@@ -59,7 +59,8 @@ def test_a_degree_that_does_not_divide_the_heads_is_one_line(tmp_path):
 
 def test_validation_against_the_cost_model_writes_both_layouts(tmp_path):
     out = tmp_path / "tp.csv"
-    proc = launch(2, "karma.validate_tp", "--size", "tiny", "--global-batch", "4", "--steps", "1", "--out", str(out))
+    proc = launch(2, "karma.experiments.validate_tensor_parallel", "--size", "tiny", "--global-batch", "4",
+                  "--steps", "1", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = pd.read_csv(out)
     assert list(table.tp) == [1, 2] and list(table.dp) == [2, 1]

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -30,13 +31,11 @@ def copy_workflow(tmp_path) -> Path:
 
 def test_a_baseline_file_and_an_extra_model_in_the_config_reach_the_table(tmp_path):
     """The README's 'adding a baseline' and 'your own model' recipes, end to end on a small config."""
-    import pandas as pd
-
     cwd = copy_workflow(tmp_path)
     baselines = cwd / "baselines"
     shutil.copytree(ROOT / "baselines", baselines)
     (baselines / "keep_half.py").write_text(
-        "from karma.plan import from_policies\n\n\n"
+        "from karma.plan.plan import from_policies\n\n\n"
         "def plan(profile, hw, capacity):\n"
         "    n = len(profile.units)\n"
         "    labels = ['swap'] * (n // 2) + ['keep'] * (n - n // 2)\n"
@@ -106,8 +105,8 @@ def test_the_slurm_profile_dry_runs_with_mpi_jobs_under_srun(tmp_path):
     proc = run(cwd, "--workflow-profile", "workflow/profiles/slurm", "--configfile", "config/config.yaml",
                "config/cluster.yaml", "-n", "-p")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "srun --mpi=pmi2 -n 8 python -m karma.validate_tp" in proc.stdout
-    assert "srun --mpi=pmi2 -n 8 python -m karma.validate_dp" in proc.stdout
+    assert "srun --mpi=pmi2 -n 8 python -m karma.experiments.validate_tensor_parallel" in proc.stdout
+    assert "srun --mpi=pmi2 -n 8 python -m karma.experiments.validate_data_parallel" in proc.stdout
 
 
 def test_the_slurm_profile_asks_for_gpus_the_way_the_executor_accepts():

@@ -28,13 +28,18 @@ import pickle
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from karma.errors import KarmaError
+from karma.core.errors import KarmaError
+from karma.plan.plan import Plan
+from karma.runtime.execute import make_optimizer, train_step
+from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink, _Job
+from karma.runtime.streamed import HostWeights
+from models.registry import build
 
 
 def require_cuda() -> torch.device:
@@ -94,21 +99,6 @@ class CudaLink(EmulatedLink):
         return result
 
 
-def pools_by_stream(segments: list[dict]) -> str:
-    """Reserved and allocated bytes of the caching allocator per stream, from
-    `torch.cuda.memory_snapshot()` segments: a block belongs to the pool of the stream it was
-    allocated on, so memory reserved for a copy stream cannot serve the compute stream (the
-    question an OOM with far more reserved than allocated memory raises; WRN-28-10 vDNN on an H200:
-    2.9 GB allocated, 15.5 GB reserved)."""
-    pools: dict[int, list[int]] = {}
-    for seg in segments:
-        total = pools.setdefault(seg.get("stream", 0), [0, 0])
-        total[0] += seg.get("total_size", 0)
-        total[1] += seg.get("allocated_size", 0)
-    return ", ".join(f"stream {stream:#x}: {r / 1e9:.2f} GB reserved, {a / 1e9:.2f} GB allocated"
-                     for stream, (r, a) in sorted(pools.items())) or "no segments"
-
-
 def host_threads() -> int:
     """Intra-op threads of the host optimizer next to a GPU: the host's cores less one for the
     Python thread launching kernels and one for the copy threads (ZeRO-Offload's CPU Adam and
@@ -159,12 +149,6 @@ def run_cuda_steps(chain, plan, steps: int, device: torch.device):
     carries the one-off costs of first use (pinned host allocations, library workspaces), and in
     a fresh process ResNet-50 vDNN's peak on an H200 was 1.11x its prediction against 1.03x in a
     warm one; the performance model describes the steady step."""
-    from dataclasses import replace
-
-    from karma.runtime.execute import make_optimizer, train_step
-    from karma.runtime.ledger import Ledger
-    from karma.runtime.streamed import HostWeights
-
     gc.collect()  # the previous run's blocks back to the allocator, not counted against this cap
     torch.cuda.empty_cache()
     # streamed weights: host masters and optimizers; the device copies exist only while uploaded
@@ -220,9 +204,6 @@ class CudaRunner:
 
 def _run_one(spec: Path, out: Path) -> None:
     """The child of CudaRunner: build the chain on the GPU, cap it, run; the result or the error goes to `out`."""
-    from karma.plan import Plan
-    from models.registry import build
-
     runner, plan = pickle.loads(spec.read_bytes())
     try:
         device = require_cuda()

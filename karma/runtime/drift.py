@@ -23,10 +23,10 @@ import statistics
 from collections.abc import Callable
 from dataclasses import replace
 
-from karma.hardware import Hardware
-from karma.plan import Plan
-from karma.profile import Profile
-from karma.simulate import simulate
+from karma.core.hardware import Hardware
+from karma.plan.plan import Plan
+from karma.profile.profile import Profile
+from karma.sim.simulate import simulate
 
 #: The speed factors searched: a repeat 1.6 times slower or faster than its profile is not drift (FACTS.md: 10-25%;
 #: a busy machine, 3-4x oversubscribed, moved Megatron-1.2B's steps 36-59%).

@@ -14,17 +14,17 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from karma.hardware import Hardware, load
-from karma.plan import Plan
-from karma.profile import Profile
+from karma.core.hardware import Hardware, load
+from karma.plan.plan import Plan
+from karma.profile.profile import Profile
 from karma.runtime.drift import fit_speed, predictor
 from karma.runtime.execute import StepReport, make_optimizer, train_step
 from karma.runtime.ledger import DeviceOOM, Ledger
 from karma.runtime.link import EmulatedLink, emulated_label
 from karma.runtime.rates import Rates
 from karma.runtime.streamed import HostWeights
-from karma.simulate import simulate
-from karma.strategy import get
+from karma.sim.simulate import simulate
+from karma.strategies import get
 from models.chain import ChainModel
 
 
@@ -179,7 +179,7 @@ def measure(runner, plans: dict[str, Plan], repeats: int) -> dict[str, dict]:
 
 
 def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int, predict) -> list[dict]:
-    """Columns of the step-time accuracy within each repeat (karma/regress.py enforces them); returns,
+    """Columns of the step-time accuracy within each repeat (karma/report/regress.py enforces them); returns,
     per repeat, every planned strategy's expected time at that repeat's speed.
 
     The profile is measured once, before the runs; on this shared machine the processor's speed drifts
@@ -283,7 +283,7 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
             df[column] = pd.to_numeric(df.strategy.map(lambda n, i=i: speedups[n][i] if speedups[n] else None))
         df["karma_speedup_predicted"] = df.predicted_s / df[df.strategy == "karma"].predicted_s.iloc[0]
         # the same at each repeat's processor speed (drift.py), the median over the repeats: what the
-        # measured speedup is compared with (karma/regress.py)
+        # measured speedup is compared with (karma/report/regress.py)
         at_speed = {name: statistics.median(e[name] / e["karma"] for e in expected)
                     for name in plans} if expected and "karma" in plans else {}
         df["karma_speedup_predicted_at_speed"] = pd.to_numeric(df.strategy.map(at_speed))

@@ -6,7 +6,7 @@ the device ledger (karma/runtime/saved.py); a swapped block's are copied to the 
 (torch.utils.checkpoint, RNG state preserved, BatchNorm statistics put back)
 that keeps only its input, on the device or copied to the host. Backward is
 one autograd pass: the prefetches of block b are issued when block b+depth's
-backward starts. The same ordering rules as the simulator (karma/simulate.py),
+backward starts. The same ordering rules as the simulator (karma/sim/simulate.py),
 so that every run also checks the model. Every tensor the step creates is
 held on the ledger until it dies (LiveTracker), so the emulated device sees
 all of the memory and the step never exceeds its capacity.
@@ -22,17 +22,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from karma.checkpointing import checkpointed
-from karma.errors import KarmaError
-from karma.plan import Plan
-from karma.precision import MixedPrecisionOptimizer, optimizer_bytes
+from karma.core.errors import KarmaError
+from karma.core.precision import MixedPrecisionOptimizer, optimizer_bytes
+from karma.core.storages import storage_bytes, storage_key
+from karma.plan.plan import Plan
+from karma.profile.checkpointing import checkpointed
 from karma.runtime.ledger import DeviceOOM, Ledger, LiveTracker
 from karma.runtime.link import EmulatedLink
 from karma.runtime.optim import new_optimizer
 from karma.runtime.saved import SavedTensors
 from karma.runtime.streamed import HostWeights
-from karma.simulate import Event
-from karma.storage_lifetimes import storage_bytes, storage_key
+from karma.sim.simulate import Event
 from models.boundary import tensors
 from models.chain import ChainModel
 
@@ -53,7 +53,7 @@ class StepReport:
 
 def make_optimizer(chain: ChainModel, lr: float = 0.01) -> torch.optim.Optimizer | MixedPrecisionOptimizer:
     """The chain's optimizer over all its weights (karma/runtime/optim.py); in mixed precision over
-    fp32 masters of its 16-bit weights, with fp16's loss scale (karma.precision)."""
+    fp32 masters of its 16-bit weights, with fp16's loss scale (karma.core.precision)."""
     params = list(chain.units.parameters())
     if chain.precision == "fp32":
         return new_optimizer(chain.optimizer, params, lr)
@@ -78,14 +78,27 @@ def _synchronize(device: torch.device) -> None:
 
 
 @contextlib.contextmanager
+def pools_by_stream(segments: list[dict]) -> str:
+    """Reserved and allocated bytes of the caching allocator per stream, from
+    `torch.cuda.memory_snapshot()` segments: a block belongs to the pool of the stream it was
+    allocated on, so memory reserved for a copy stream cannot serve the compute stream (the
+    question an OOM with far more reserved than allocated memory raises; WRN-28-10 vDNN on an H200:
+    2.9 GB allocated, 15.5 GB reserved)."""
+    pools: dict[int, list[int]] = {}
+    for seg in segments:
+        total = pools.setdefault(seg.get("stream", 0), [0, 0])
+        total[0] += seg.get("total_size", 0)
+        total[1] += seg.get("allocated_size", 0)
+    return ", ".join(f"stream {stream:#x}: {r / 1e9:.2f} GB reserved, {a / 1e9:.2f} GB allocated"
+                     for stream, (r, a) in sorted(pools.items())) or "no segments"
+
+
 def _named_cuda_oom(tracker):
     """On CUDA the capped caching allocator is the device's capacity: its OOM names the block too."""
     try:
         yield
     except torch.cuda.OutOfMemoryError as err:
         tried = str(err).split(". ")[1] if ". " in str(err) else str(err)[:80]
-        from karma.runtime.cuda import pools_by_stream
-
         raise DeviceOOM(f"{tracker.where or 'step'}: CUDA out of memory under the capped allocator ({tried}; "
                         f"{torch.cuda.memory_allocated() / 1e9:.2f} GB allocated, "
                         f"{torch.cuda.memory_reserved() / 1e9:.2f} GB reserved; "
@@ -172,7 +185,7 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
     else:
         for p in chain.units.parameters():  # weights (and optimizer state): resident for the whole step
             ledger.hold(storage_key(p), storage_bytes(p), "weights", "weights")
-        if not host_side:  # its state, and fp32 masters of 16-bit weights (karma.precision)
+        if not host_side:  # its state, and fp32 masters of 16-bit weights (karma.core.precision)
             state_bytes = optimizer_bytes(chain.units.parameters(), chain.optimizer)
             ledger.hold("optimizer state", state_bytes, "weights", "optimizer state")
 
@@ -193,7 +206,7 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
         def handed(holder: list):
             """The block's forward of the input `holder` hands over: the step keeps no reference to it, so the
             block's first unit is its last reader unless a unit saved it (a plain forward's lifetime, as
-            karma/simulate.py counts; an argument would live on the caller's stack until the call returns)."""
+            karma/sim/simulate.py counts; an argument would live on the caller's stack until the call returns)."""
             x = holder.pop()
             for m in mods:
                 x = m(x)

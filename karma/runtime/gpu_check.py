@@ -20,6 +20,16 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
+import torch
+
+from karma.core.errors import KarmaError
+from karma.profile.measured import measured_profile
+from karma.runtime import cuda
+from karma.runtime.emulation import validate
+from karma.runtime.rates import cuda_rates
+from models.registry import build
+
 STRATEGIES = ["checkpoint", "superneurons", "vdnn", "karma"]
 SHOWN = ["model", "strategy", "plan", "predicted_s", "measured_s", "measured_over_predicted", "predicted_peak_MB",
          "measured_peak_MB", "peak_measured_over_predicted", "karma_speedup_measured", "karma_speedup_predicted",
@@ -27,16 +37,6 @@ SHOWN = ["model", "strategy", "plan", "predicted_s", "measured_s", "measured_ove
 
 
 def main(argv: list[str] | None = None) -> int:
-    import pandas as pd
-    import torch
-
-    from karma.errors import KarmaError
-    from karma.profile_measured import measured_profile
-    from karma.runtime import cuda
-    from karma.runtime.emulation import validate
-    from karma.runtime.rates import cuda_rates
-    from models.registry import build
-
     p = argparse.ArgumentParser(prog="python -m karma.runtime.gpu_check", description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=["resnet50", "wrn28-10"])
     p.add_argument("--size", default="paper")

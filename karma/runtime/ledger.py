@@ -26,8 +26,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from karma.errors import KarmaError
-from karma.storage_lifetimes import StorageLifetimes, accumulates_gradients
+from karma.core.errors import KarmaError
+from karma.core.storages import StorageLifetimes, accumulates_gradients
 
 #: Seconds an allocation waits at most for copies to the host to end (a copy that never ends would hang the step).
 COPY_WAIT_LIMIT = 60.0

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from karma.simulate import Event
+from karma.sim.simulate import Event
 
 
 @dataclass

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import torch
 
+from karma.runtime import cuda
 from karma.runtime.optim import new_optimizer
-from karma.simulate import optimizer_traffic_bytes
+from karma.sim.simulate import optimizer_traffic_bytes
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,6 @@ def cpu_rates(link_bw: float, optimizer: str) -> Rates:
 
 def cuda_rates(device: torch.device, optimizer: str) -> Rates:
     """A real GPU: pinned copies each way, device-to-device copies, the host optimizer."""
-    from karma.runtime import cuda
-
     return Rates(cuda.measure_link(device, "h2d"), cuda.measure_link(device, "d2h"),
                  cuda.measure_memory_bandwidth(device), measure_host_update(optimizer, threads=cuda.host_threads()),
                  "measured")

@@ -16,13 +16,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from karma.errors import KarmaError
-from karma.plan import Plan
-from karma.profile import Profile
-from karma.runtime.emulation import emulated_hardware
+from karma.core.errors import KarmaError
+from karma.plan.plan import Plan
+from karma.profile.profile import Profile
+from karma.runtime.emulation import emulated_hardware, run_steps
+from karma.runtime.ledger import DeviceOOM
 from karma.runtime.rates import Rates
-from karma.simulate import simulate
-from karma.strategy import get
+from karma.sim.simulate import simulate
+from karma.strategies import get
+from models import build
 
 LAYER = "-layer"  # the reach case's model suffix: the chain at layer granularity (validate_reach.py)
 
@@ -51,10 +53,6 @@ def replan(profile: Profile, row: pd.Series) -> tuple[Plan, float, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from karma.runtime.emulation import run_steps
-    from karma.runtime.ledger import DeviceOOM
-    from models import build
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("table", help="a runtime table (results/runtime/<model>.csv or results/runtime_reach/...)")
     parser.add_argument("--strategy", default="karma")

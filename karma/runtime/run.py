@@ -12,14 +12,15 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from karma.errors import KarmaError
-from karma.plan import Plan
-from karma.profile_measured import measured_profile
+from karma.core.errors import KarmaError
+from karma.plan.plan import Plan
+from karma.profile.measured import measured_profile
+from karma.runtime import cuda
 from karma.runtime.emulation import default_link_bandwidth, emulated_hardware, run_steps
 from karma.runtime.execute import StepReport
 from karma.runtime.rates import cpu_rates, cuda_rates
-from karma.simulate import SimResult, simulate
-from karma.strategy import get
+from karma.sim.simulate import SimResult, in_core_peak_bytes, simulate
+from karma.strategies import get
 from models.registry import build
 
 
@@ -50,8 +51,6 @@ def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None =
         raise KarmaError(f"steps must be a positive integer, got {steps}")
     gpu = None
     if device == "cuda":
-        from karma.runtime import cuda
-
         gpu = cuda.require_cuda()
     chain = build(model, size, batch, seed=1, device=gpu or "cpu", precision=precision, overrides=options)
     profile = measured_profile(build(model, size, batch, seed=1, device=gpu or "cpu", precision=precision,
@@ -63,7 +62,7 @@ def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None =
     if capacity_bytes is None:
         if not capacity_fraction or capacity_fraction <= 0:
             raise KarmaError("give a positive capacity (fraction of the in-core footprint, or bytes)")
-        capacity_bytes = profile.in_core_peak_bytes() * capacity_fraction
+        capacity_bytes = in_core_peak_bytes(profile) * capacity_fraction
     planned = capacity_bytes * (1 - headroom)
     hw = emulated_hardware(profile, rates, planned)
     if gpu is not None:

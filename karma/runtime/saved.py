@@ -6,7 +6,7 @@ prefetched copies from the prefetch until autograd has used them. A tensor two a
 swapped blocks both save (one block's output, the next one's input) is copied once each way,
 as vDNN offloads each layer's input once (Rhu et al. 2016, Sec. III-B): out with the earlier
 block's copy, back with the later block's prefetch (its backward runs first), and handed on
-to the earlier block's backward (karma/simulate.py models the same).
+to the earlier block's backward (karma/sim/simulate.py models the same).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from concurrent.futures import Future
 
 import torch
 
+from karma.core.storages import StorageLifetimes, storage_bytes, storage_key
 from karma.runtime.copies import to_device, to_host
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
-from karma.storage_lifetimes import StorageLifetimes, storage_bytes, storage_key
 
 
 class SavedTensors:
@@ -162,7 +162,7 @@ class SavedTensors:
         when the copy is issued (as a CUDA program allocates the destination before queueing the copy),
         not when the link gets to it, so that no link faster than planned needs more memory for it; a copy
         issued before its swap-out ended takes them once it has (its device copy is gone then), never
-        before the simulator does (karma/simulate.py)."""
+        before the simulator does (karma/sim/simulate.py)."""
         owner = (self, "back")
         lent = self._lent_keys()
 

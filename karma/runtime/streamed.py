@@ -4,7 +4,7 @@ Each block's weights are uploaded (host -> device, through the emulated link)
 before its forward and again before its backward, and leave the device after
 each; its gradients are downloaded as soon as its backward ends, and the host
 runs that block's optimizer step on a host thread while later blocks are
-still computing. In mixed precision (karma/precision.py) the host keeps the fp32
+still computing. In mixed precision (karma/core/precision.py) the host keeps the fp32
 masters and the optimizer state plus a 16-bit copy of each weight, which is what
 goes up; the 16-bit gradients come down and become the masters' (unscaled for
 fp16), and each update writes the 16-bit copy again, as ZeRO-Offload does. A
@@ -22,13 +22,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from karma.plan import Plan
-from karma.precision import LossScaler, to_master_grad
+from karma.core.precision import LossScaler, to_master_grad
+from karma.core.storages import storage_bytes, storage_key
+from karma.plan.plan import Plan
 from karma.runtime.copies import copy_into, to_host
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink
 from karma.runtime.optim import new_optimizer
-from karma.storage_lifetimes import storage_bytes, storage_key
 from models.chain import ChainModel
 
 

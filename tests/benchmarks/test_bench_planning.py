@@ -16,13 +16,13 @@ import os
 
 import pytest
 
-from karma.bound import lower_bound
-from karma.hardware import load
-from karma.plan import from_policies
-from karma.planner import plan
-from karma.profile_analytic import analytic_profile
-from karma.simulate import simulate
-from karma.speedups import compare
+from karma.core.hardware import load
+from karma.experiments.speedups import compare
+from karma.plan.plan import from_policies
+from karma.planner.planner import plan
+from karma.profile.analytic import analytic_profile
+from karma.sim.bound import lower_bound
+from karma.sim.simulate import simulate
 from models import build
 from models.registry import PAPER_SIX
 

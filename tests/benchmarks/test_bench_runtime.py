@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 
-from karma.plan import from_policies
+from karma.plan.plan import from_policies
 from karma.runtime.execute import make_optimizer, train_step
 from karma.runtime.ledger import Ledger
 from karma.runtime.link import EmulatedLink

@@ -1,19 +1,19 @@
 """Issue 12: the default planner within 0.5% of a long search (minutes: a benchmark, skipped in
 the test run; `pytest tests/benchmarks/test_planner_gap.py --benchmark-only`).
 
-The reference is the faster of the two long searches of karma/planner_gap.py (ten times the
+The reference is the faster of the two long searches of karma/experiments/planner_gap.py (ten times the
 budget, coarse to fine and unit by unit). ResNet-200 missed by 1.0-2.4% before the exact
-re-tiling around swap blocks (karma/plan_dp.py), ResNet-1001 by 0.59% before the growth's kept-run
-cuts and Megatron-1.2B by up to 0.97% before relinking (karma/plan_relink.py). Seed 0 of each of
+re-tiling around swap blocks (karma/planner/retile.py), ResNet-1001 by 0.59% before the growth's kept-run
+cuts and Megatron-1.2B by up to 0.97% before relinking (karma/planner/relink.py). Seed 0 of each of
 the six paper models; the planning time is recorded, not asserted. Six seeds of each:
-`python -m karma.planner_gap`.
+`python -m karma.experiments.planner_gap`.
 """
 
 import pytest
 
-from karma.hardware import load
-from karma.planner_gap import measure
-from karma.profile_analytic import analytic_profile
+from karma.core.hardware import load
+from karma.experiments.planner_gap import measure
+from karma.profile.analytic import analytic_profile
 from models import build
 from models.registry import PAPER_SIX
 

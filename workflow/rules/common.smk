@@ -3,9 +3,9 @@
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from karma.errors import KarmaError, finite_everywhere
-from karma.hardware import load as load_hardware
-from karma.strategy import available as available_strategies
+from karma.core.errors import KarmaError, finite_everywhere
+from karma.core.hardware import load as load_hardware
+from karma.strategies import available as available_strategies
 
 validate(config, "../schemas/config.schema.yaml")
 try:
@@ -101,7 +101,7 @@ def profile_precision(model, label=None):
 
 def profile_policy(model, label=None):
     """Autocast op lists of a mixed-precision analytic profile: Megatron-LM's own half layer for the
-    large NLP models (both sides of the comparison; karma/large_nlp.py), CUDA's for the rest."""
+    large NLP models (both sides of the comparison; karma/experiments/large_nlp.py), CUDA's for the rest."""
     if model in config["large_nlp"]["models"] and not (label and "+" in label):
         return "megatron"
     return None

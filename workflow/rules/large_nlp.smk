@@ -52,7 +52,7 @@ rule validate_tensor_parallel:
     conda:
         "../../environment.yml"
     shell:
-        "timeout 600 {resources.mpi} -n {resources.tasks} python -m karma.validate_tp {wildcards.model} "
+        "timeout 600 {resources.mpi} -n {resources.tasks} python -m karma.experiments.validate_tensor_parallel {wildcards.model} "
         "--global-batch {params.batch} --steps {params.steps} --out {output} > {log} 2>&1"
 
 

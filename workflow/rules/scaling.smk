@@ -56,7 +56,7 @@ rule validate_distributed:
     conda:
         "../../environment.yml"
     shell:
-        "timeout 600 {resources.mpi} -n {resources.tasks} python -m karma.validate_dp {wildcards.model} --batch {params.batch} "
+        "timeout 600 {resources.mpi} -n {resources.tasks} python -m karma.experiments.validate_data_parallel {wildcards.model} --batch {params.batch} "
         "--steps {params.steps} --repeats {params.repeats} --link-mbs {params.link_mbs} --out {output} > {log} 2>&1"
 
 

@@ -6,12 +6,12 @@ import contextlib
 import sys
 import time
 
+from karma.core.errors import KarmaError
+
 
 @contextlib.contextmanager
 def logged(snakemake):
     """stdout/stderr to snakemake.log[0]; a KarmaError ends the job with its one-line message."""
-    from karma.errors import KarmaError
-
     with open(snakemake.log[0], "w", buffering=1) as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log):
         start = time.perf_counter()

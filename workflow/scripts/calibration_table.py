@@ -1,4 +1,4 @@
-"""Snakemake script: the cost model against published numbers (karma/calibration.py), one row each."""
+"""Snakemake script: the cost model against published numbers (karma/experiments/calibration.py), one row each."""
 
 import sys
 from pathlib import Path
@@ -8,15 +8,16 @@ from _log import logged  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
-    from karma.calibration import FIT_ROWS, TOLERANCE, table
-    from karma.tables import markdown_report
+    from karma.experiments.calibration import FIT_ROWS, TOLERANCE, table
+    from karma.report.tables import markdown_report
 
     rows = table(progress=lambda line: print(line, flush=True))
     out = rows.drop(columns=["key"]).rename(columns={"verdict": f"within_{TOLERANCE:.0%}"})
     out.to_csv(sm.output.csv, index=False)
     outside = rows[rows.verdict != "ok"]
     text = markdown_report("The cost model against published numbers", [
-        "Every `ours` is computed by this run (simulated: analytic profile on a preset, karma/calibration.py); "
+        "Every `ours` is computed by this run (simulated: analytic profile on a preset, "
+        "karma/experiments/calibration.py); "
         "`ratio` = ours / published; rows outside "
         f"{TOLERANCE:.0%} are marked `OUTSIDE`, never dropped ({len(outside)} here"
         + (f": {', '.join(outside.key)}" if len(outside) else "") + ").",
@@ -30,7 +31,7 @@ with logged(sm):
         "as NVIDIA's DGX-1), in core, at the batch NVIDIA published for each precision.",
         "* Fitted, not predicted: the narrow tensor-core GEMM constant (karma/presets/v100-abci.yaml, "
         f"`tensor_half_rate_dim`) minimises the larger error of {' and '.join(FIT_ROWS)} "
-        "(`python -m karma.calibration --fit`); every other row uses the presets' figures as they are.",
+        "(`python -m karma.experiments.calibration --fit`); every other row uses the presets' figures as they are.",
         "* `command` reproduces the row.",
     ], out)
     Path(sm.output.md).write_text(text)

@@ -6,11 +6,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
-from karma.figures import gantt_figure  # noqa: E402
-from karma.hardware import load  # noqa: E402
-from karma.plan import Plan  # noqa: E402
-from karma.profile import Profile  # noqa: E402
-from karma.simulate import simulate  # noqa: E402
+from karma.core.hardware import load  # noqa: E402
+from karma.plan.plan import Plan  # noqa: E402
+from karma.profile.profile import Profile  # noqa: E402
+from karma.report.figures import gantt_figure  # noqa: E402
+from karma.sim.simulate import simulate  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):

@@ -8,11 +8,11 @@ from _log import logged  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
-    from karma.hardware import load
-    from karma.large_nlp import compare
-    from karma.plan import Plan
-    from karma.profile import Profile
-    from karma.tables import to_markdown
+    from karma.core.hardware import load
+    from karma.experiments.large_nlp import compare
+    from karma.plan.plan import Plan
+    from karma.profile.profile import Profile
+    from karma.report.tables import to_markdown
 
     hw = load(sm.params.hardware)
     profile = Profile.from_json(sm.input.profile)

@@ -8,10 +8,10 @@ import pandas as pd
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
-from karma.figures import large_nlp_figure, whatif_figure  # noqa: E402
-from karma.hardware import figure_sources  # noqa: E402
-from karma.large_nlp import ratios, summary  # noqa: E402
-from karma.tables import to_markdown  # noqa: E402
+from karma.core.hardware import figure_sources  # noqa: E402
+from karma.experiments.large_nlp import ratios, summary  # noqa: E402
+from karma.report.figures import large_nlp_figure, whatif_figure  # noqa: E402
+from karma.report.tables import to_markdown  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
@@ -39,8 +39,8 @@ with logged(sm):
         "`model_tflops_per_gpu` counts the model's forward and backward only. Precision: "
         f"{', '.join(sorted(set(table.precision)))} on both sides (config `precision: large_nlp`; in fp16 both",
         "run Megatron-LM's own half layer, as it trained); the what-if in "
-        f"{', '.join(sorted(set(whatif.precision)))} (`precision: whatif`). karma/large_nlp.py,",
-        "karma/model_parallel.py; the cost model against Megatron-LM's published numbers:",
+        f"{', '.join(sorted(set(whatif.precision)))} (`precision: whatif`). karma/experiments/large_nlp.py,",
+        "karma/parallel/megatron_model.py; the cost model against Megatron-LM's published numbers:",
         "results/tables/calibration.md.",
         "",
         "## KARMA's throughput over the best Megatron layout",
@@ -61,7 +61,7 @@ with logged(sm):
         "## The cost model against real tensor-parallel runs (this machine)",
         "",
         "Same global batch as pure data parallel (tp=1) and pure tensor parallel (tp=N) over N MPI ranks,",
-        "in core; predicted by karma/model_parallel.py on each rank's measured shard profile with the",
+        "in core; predicted by karma/parallel/megatron_model.py on each rank's measured shard profile with the",
         f"all-reduce timed on these ranks. Worst |measured tp/dp ratio / predicted - 1|: {error:.3f} (target 0.15).",
         "",
         to_markdown(validation.drop(columns=["source"])),

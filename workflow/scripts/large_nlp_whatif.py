@@ -10,17 +10,17 @@ sm = snakemake  # noqa: F821
 with logged(sm):
     import pandas as pd
 
-    from karma.hardware import load
-    from karma.large_nlp import compare
-    from karma.profile_analytic import analytic_profile
-    from karma.strategy import run_strategy
+    from karma.core.hardware import load
+    from karma.experiments.large_nlp import compare
+    from karma.profile.analytic import analytic_profile
+    from karma.strategies import run_strategy
     from models.registry import build
 
     tables = []
     for name in sm.params.hardware:
         hw = load(name)
         for model in sm.params.models:
-            # Megatron-LM's own half layer on both sides in mixed precision (karma/large_nlp.py)
+            # Megatron-LM's own half layer on both sides in mixed precision (karma/experiments/large_nlp.py)
             profile = analytic_profile(build(model, "paper", device="meta", precision=sm.params.precision), hw,
                                        policy="megatron")
             outcome = run_strategy("karma", profile, hw)

@@ -8,8 +8,8 @@ from _log import logged  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
-    from karma.claims import claims
-    from karma.tables import markdown_report
+    from karma.report.claims import claims
+    from karma.report.tables import markdown_report
 
     table = claims(Path(sm.input.speedups).parent)
     table.to_csv(sm.output.csv, index=False)

@@ -6,7 +6,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
-from karma.cli import make_profile, write_profile  # noqa: E402
+from karma.profile.build import make_profile, write_profile  # noqa: E402
+from karma.sim.simulate import in_core_peak_bytes
 
 sm = snakemake  # noqa: F821
 with logged(sm):
@@ -31,6 +32,6 @@ with logged(sm):
 
         profile = replace(profile, model=sm.wildcards.model, note=f"model spec {p.spec} {dict(p.options or {})}")
     write_profile(profile, Path(sm.output.json), Path(sm.output.csv))
-    print(f"{profile.model} batch {profile.batch}: in-core peak {profile.in_core_peak_bytes() / 1e9:.3f} GB, "
+    print(f"{profile.model} batch {profile.batch}: in-core peak {in_core_peak_bytes(profile) / 1e9:.3f} GB, "
           f"fwd+bwd {(profile.forward_time() + profile.backward_time()) * 1e3:.1f} ms, {profile.dtype} "
           f"[{profile.label}]")

@@ -9,12 +9,15 @@ import pandas as pd
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
-from karma.hardware import load  # noqa: E402
-from karma.reach import reach_table  # noqa: E402
-from karma.reach_figure import reach_figure  # noqa: E402
-from karma.reach_granularity import COLUMNS, case_rows  # noqa: E402
-from karma.reach_granularity import markdown as granularity_markdown  # noqa: E402
-from karma.reach_report import markdown, published  # noqa: E402
+from karma.core.hardware import load  # noqa: E402
+from karma.experiments.reach import reach_table  # noqa: E402
+from karma.experiments.reach_granularity import COLUMNS, case_rows  # noqa: E402
+from karma.report.reach_figure import reach_figure  # noqa: E402
+from karma.report.reach_report import (  # noqa: E402
+    granularity_markdown,  # noqa: E402
+    markdown,
+    published,
+)
 
 sm = snakemake  # noqa: F821
 with logged(sm):

@@ -8,9 +8,9 @@ import pandas as pd
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
-from karma.figures import measured_vs_predicted_figure  # noqa: E402
-from karma.regress import PEAK_BELOW_TARGET, PEAK_TARGET, STEP_SCALE_TARGET, STEP_TIME_TARGET  # noqa: E402
-from karma.tables import markdown_report  # noqa: E402
+from karma.report.figures import measured_vs_predicted_figure  # noqa: E402
+from karma.report.regress import PEAK_BELOW_TARGET, PEAK_TARGET, STEP_SCALE_TARGET, STEP_TIME_TARGET  # noqa: E402
+from karma.report.tables import markdown_report  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
@@ -36,7 +36,7 @@ with logged(sm):
         + f" (target {STEP_SCALE_TARGET}: this machine drifts 10-25% between the profile and a run, FACTS.md); "
         f"absolute, reported: {worst:.3f}. Of the peak: "
         f"{peak_worst:.3f} (target: {PEAK_TARGET} above, {PEAK_BELOW_TARGET} below, where copies ending early lower "
-        "it). All but the absolute step enforced by `karma compare --strict` (karma/regress.py).",
+        "it). All but the absolute step enforced by `karma compare --strict` (karma/report/regress.py).",
         "Measured times are the median of repeated runs, the strategies interleaved (columns _min, _max: the",
         "range); KARMA's measured speedups are taken within each repeat.",
         "",

@@ -8,12 +8,12 @@ from _log import logged  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
-    from karma.hardware import load
-    from karma.plan import Plan
-    from karma.profile import Profile
-    from karma.profile_analytic import analytic_profile
-    from karma.scaling import sweep
-    from karma.tables import to_markdown
+    from karma.core.hardware import load
+    from karma.experiments.scaling import sweep
+    from karma.plan.plan import Plan
+    from karma.profile.analytic import analytic_profile
+    from karma.profile.profile import Profile
+    from karma.report.tables import to_markdown
     from models.registry import build
 
     hw = load(sm.params.hardware)

@@ -8,8 +8,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
-from karma.figures import scaling_figure  # noqa: E402
-from karma.tables import to_markdown  # noqa: E402
+from karma.report.figures import scaling_figure  # noqa: E402
+from karma.report.tables import to_markdown  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
@@ -28,7 +28,8 @@ with logged(sm):
         f"# Weak scaling of out-of-core data parallel training (simulated on `{sm.params.hardware}`)",
         "",
         "Per-GPU batch of the single-GPU experiment; KARMA's plan on every rank; gradients all-reduced per block",
-        "from host buffers (alpha-beta ring / hierarchical, karma/network.py), pipelined with the backward or after",
+        "from host buffers (alpha-beta ring / hierarchical, karma/sim/network.py), pipelined with the backward or "
+        "after",
         "it (naive); host updates. In-core data parallel: the largest per-GPU batch that fits, all kept.",
         "The paper reports out-of-core data parallel scaling on ABCI up to 2048 GPUs; its per-model numbers are",
         "not available to us, so compare the shape: efficiency stays high when gradient exchange is pipelined.",

@@ -8,9 +8,9 @@ import pandas as pd
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
-from karma.figures import speedup_figure  # noqa: E402
-from karma.speedups import headline, summary  # noqa: E402
-from karma.tables import to_markdown  # noqa: E402
+from karma.experiments.speedups import headline, summary  # noqa: E402
+from karma.report.figures import speedup_figure  # noqa: E402
+from karma.report.tables import to_markdown  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
@@ -32,11 +32,11 @@ with logged(sm):
            " mixed precision (16-bit activations and GEMMs, fp32 masters; config `precision: paper_variant`), "
            "the same batches, baselines and planner as the FP32 table (results/tables/speedups.md)."),
         "",
-        "Every number is simulated: the performance model (karma/simulate.py) on analytic profiles at paper size.",
+        "Every number is simulated: the performance model (karma/sim/simulate.py) on analytic profiles at paper size.",
         "Speedup = baseline time / KARMA time from the same simulation; OOM = the plan does not fit in the "
         "device memory (never reported as a time). Every baseline plans for the capacity within its own "
         "published rules (baselines/*.py cite them); KARMA's plan comes from its own search only. "
-        "`karma_over_bound` = KARMA's time / the lower bound no feasible plan beats (karma/bound.py, "
+        "`karma_over_bound` = KARMA's time / the lower bound no feasible plan beats (karma/sim/bound.py, "
         "tested against exhaustive search).",
         "",
         "## Headline",

@@ -5,6 +5,8 @@ granularity on the emulated device, measured against predicted like the other ru
 import sys
 from pathlib import Path
 
+from karma.sim.simulate import in_core_peak_bytes
+
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
@@ -12,10 +14,10 @@ sm = snakemake  # noqa: F821
 with logged(sm):
     import torch
 
-    from karma.profile_measured import measured_profile
+    from karma.profile.measured import measured_profile
+    from karma.report.tables import to_markdown
     from karma.runtime.emulation import EmulatedRunner, validate
     from karma.runtime.rates import cpu_rates
-    from karma.tables import to_markdown
     from models import build
 
     torch.set_num_threads(1)  # compute on one core, the link's workers on the other (FACTS.md)
@@ -27,7 +29,7 @@ with logged(sm):
     rates = cpu_rates(sm.params.link_mbs * 1e6, profile.optimizer)
     print(f"{model} small batch {batch}: no plan of its {len(blocks.units)} block units fits under "
           f"{floor / 1e6:.1f} MB (one block's backward alone); capacity {capacity / 1e6:.1f} MB ({below} of it), "
-          f"{len(profile.units)} layer units; in-core {blocks.in_core_peak_bytes() / 1e6:.1f} MB; {rates.describe()}")
+          f"{len(profile.units)} layer units; in-core {in_core_peak_bytes(blocks) / 1e6:.1f} MB; {rates.describe()}")
     runner = EmulatedRunner(lambda: build(model, "small", batch, seed=1, granularity="layer"), capacity,
                             sm.params.link_mbs * 1e6, sm.params.steps)
     profile.to_json(sm.output.profile)  # to replay its plans (karma/runtime/replay.py); before the runs

@@ -3,6 +3,8 @@
 import sys
 from pathlib import Path
 
+from karma.sim.simulate import in_core_peak_bytes
+
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
@@ -10,10 +12,10 @@ sm = snakemake  # noqa: F821
 with logged(sm):
     import torch
 
-    from karma.profile_measured import measured_profile
+    from karma.profile.measured import measured_profile
+    from karma.report.tables import to_markdown
     from karma.runtime.emulation import EmulatedRunner, default_link_bandwidth, validate
     from karma.runtime.rates import cpu_rates, cuda_rates
-    from karma.tables import to_markdown
     from models import build
 
     torch.set_num_threads(1)  # compute on one core, the link's workers on the other (FACTS.md)
@@ -27,7 +29,7 @@ with logged(sm):
 
         where = cuda.require_cuda()
     profile = measured_profile(build(model, "small", batch, device=where), reps=3)
-    capacity = profile.in_core_peak_bytes() * sm.params.fraction
+    capacity = in_core_peak_bytes(profile) * sm.params.fraction
     if device == "cuda":
         rates = cuda_rates(where, profile.optimizer)
         runner = cuda.CudaRunner(model, "small", batch, capacity, sm.params.steps)
@@ -36,7 +38,7 @@ with logged(sm):
         rates = cpu_rates(link, profile.optimizer)
         runner = EmulatedRunner(lambda: build(model, "small", batch, seed=1), capacity, link, sm.params.steps)
     print(f"{model} small batch {profile.batch}: {rates.describe()}; capacity {capacity / 1e6:.1f} MB "
-          f"({sm.params.fraction} of the in-core {profile.in_core_peak_bytes() / 1e6:.1f} MB)")
+          f"({sm.params.fraction} of the in-core {in_core_peak_bytes(profile) / 1e6:.1f} MB)")
     profile.to_json(sm.output.profile)  # to replay its plans (karma/runtime/replay.py); before the runs
     table = validate(profile, list(sm.params.strategies), capacity, rates, runner, repeats=sm.params.repeats)
     table.to_csv(sm.output.csv, index=False)

@@ -1,0 +1,225 @@
+"""Local search over the plan space (karma/plan/space.py), judged by the simulator.
+
+Moves on (blocks, depth, layout), all of them plans of the same space:
+
+* change one block's kind;
+* split a block in two, the right part of any kind (this also relabels a
+  block's suffix, and cuts a recompute block into two segments), or into
+  one block per group (one-group recompute segments: at one group per unit
+  the checkpoint of every unit, which coarse groups cannot express);
+* merge two adjacent blocks into one of either kind;
+* shift the cut between two adjacent blocks by one or two groups, or halfway
+  into either block;
+* change the prefetch depth or the weight layout, alone or together with a
+  kind change (a layout that frees memory makes room for a faster kind).
+
+`near` bounds the split points to that many groups around existing cuts, so
+that on a long chain (ResNet-1001 at one group per unit) a step costs a few
+hundred simulations instead of thousands: the coarse search has placed the
+blocks, the fine one moves their edges.
+
+Infeasible plans are ranked by how far over capacity they are, so that the
+search walks towards feasibility.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+from karma.core.hardware import Hardware
+from karma.plan.space import Space, State, to_plan
+from karma.profile.profile import Profile
+from karma.sim.simulate import simulate
+
+INFEASIBLE = 1e9
+#: Annealing temperatures, as a fraction of the current time: at the start and at the end. A hotter start
+#: crosses the 1-2% ridges between plan families (0.01, one walk, kept WRN-28-10 and Megatron-1.2B in one:
+#: 1.5% and 0.8-1.9% slower than a long search; 0.02 with three walks, karma/planner/planner.py: WRN +0/+0/+1.49%,
+#: Megatron +0.81/+0.22/+0.43% for seeds 0/1/2; simulated on v100-abci, `python -m karma.experiments.planner_gap`,
+#: 2026-12-02).
+HOT = 0.02
+COLD = 0.0002
+#: Share of the annealing moves that change the blocks, the depth and the layout at once.
+JUMP = 0.1
+
+
+@dataclass
+class Search:
+    """Memoised evaluation of states on `profile`, whose units are the groups."""
+
+    profile: Profile
+    hw: Hardware
+    capacity: float
+    space: Space
+    near: int | None = None
+    cache: dict[State, float] = field(default_factory=dict)
+    spans: dict[State, float] = field(default_factory=dict)
+    peaks: dict[State, float] = field(default_factory=dict)
+    repairs: int = 2
+    combos: bool = False
+    first: bool = False
+
+    def __post_init__(self):
+        self.groups = [(i, i + 1) for i in range(len(self.profile.units))]
+        self.overlapping = [d for d in self.space.depths if d] or list(self.space.depths)
+
+    def cost(self, state: State) -> float:
+        """Seconds if the plan fits; otherwise 1e9 + GB over capacity."""
+        if state not in self.cache:
+            result = simulate(self.profile, to_plan(self.profile, self.groups, state), self.hw, self.capacity,
+                              record=False)
+            self.spans[state] = result.makespan
+            self.peaks[state] = result.peak_bytes
+            self.cache[state] = (result.time if result.feasible
+                                 else INFEASIBLE + (result.peak_bytes - self.capacity) / 1e9)
+        return self.cache[state]
+
+    def frugal(self) -> float:
+        """The smallest peak of any plan simulated (what the error for no fit names)."""
+        return min(self.peaks.values(), default=float("inf"))
+
+    def _split_points(self, blocks) -> set[int]:
+        n = len(self.profile.units)
+        if self.near is None:
+            return set(range(1, n))
+        points = set()
+        for a, _, _ in blocks:
+            points.update(range(max(1, a - self.near), min(n, a + self.near + 1)))
+        return points
+
+    def block_moves(self, blocks):
+        """Every block sequence one move away (kind change, split, merge, shift)."""
+        kinds = self.space.kinds
+        for kind in kinds:  # every block of one kind at once
+            atoms = tuple(piece for a, b, k in blocks
+                          for piece in ([(g, g + 1, k) for g in range(a, b)] if k == kind else [(a, b, k)]))
+            if atoms != blocks:
+                yield atoms
+        for i in range(len(blocks) - 1):
+            (a, m, k1), (_, b, k2) = blocks[i], blocks[i + 1]
+            for d in sorted({-2, -1, 1, 2, (a - m) // 2, (b - m) // 2}):  # and halfway: cuts travel far on a long chain
+                if a < m + d < b:
+                    yield blocks[:i] + ((a, m + d, k1), (m + d, b, k2)) + blocks[i + 2:]
+        for i, (a, b, k) in enumerate(blocks):
+            for other in kinds:
+                if other != k:
+                    yield blocks[:i] + ((a, b, other),) + blocks[i + 1:]
+        for i, (a, b, k) in enumerate(blocks):
+            if b - a > 2:  # one group per block: recompute segments of one group, swaps copied sooner
+                yield blocks[:i] + tuple((g, g + 1, k) for g in range(a, b)) + blocks[i + 1:]
+        points = self._split_points(blocks)
+        for i, (a, b, k) in enumerate(blocks):
+            for p in range(a + 1, b):
+                if p in points:
+                    for other in kinds:
+                        yield blocks[:i] + ((a, p, k), (p, b, other)) + blocks[i + 1:]
+        for i in range(len(blocks) - 1):
+            (a, m, k1), (_, b, k2) = blocks[i], blocks[i + 1]
+            for kind in dict.fromkeys((k1, k2)):  # in order: a set's order changes between runs
+                yield blocks[:i] + ((a, b, kind),) + blocks[i + 2:]
+
+    def neighbours(self, state: State, moves: list | None = None):
+        """Every state one move away; `moves`: the block moves of `state`'s blocks, if known."""
+        blocks, depth, layout = state
+        moves = list(self.block_moves(blocks)) if moves is None else moves
+        others = [(d, w) for d in self.space.depths for w in self.space.layouts if (d, w) != (depth, layout)]
+        yield from ((new, depth, layout) for new in moves)
+        yield from ((blocks, d, w) for d, w in others)
+        for i, (a, b, k) in enumerate(blocks if self.combos else ()):
+            for other in self.space.kinds:
+                if other != k:
+                    new = blocks[:i] + ((a, b, other),) + blocks[i + 1:]
+                    yield from ((new, d, w) for d, w in others)
+
+    def repair(self, best: State, moves: list[State]) -> State | None:
+        """An ejection chain: the neighbours that would be faster but do not fit, each
+        followed by its best second move; the best of those that fit and are faster."""
+        cost = self.cost(best)
+        over = sorted((m for m in moves if self.cache[m] >= INFEASIBLE and self.spans[m] < cost - 1e-12),
+                      key=self.spans.__getitem__)
+        found = None
+        for first in over[: self.repairs]:
+            second = min(self.neighbours(first), key=self.cost, default=None)
+            if second is not None and self.cost(second) < min(cost, self.cost(found) if found else cost) - 1e-12:
+                found = second
+        return found
+
+    def _repair_key(self, state: State) -> tuple[bool, float]:
+        """Fitting before not, then by time (a plan that fits) or by how far over (one that does not)."""
+        cost = self.cost(state)
+        return cost >= INFEASIBLE, cost
+
+    def descend(self, state: State, budget: int | None = None) -> State:
+        """Steepest descent: move to the best neighbour while it is faster, else to the best
+        repaired one (`repair`), until none is (or `budget` states have been simulated).
+        With `first`, move to the first faster neighbour (cheap moves come first): on a
+        long chain a full neighbourhood is hundreds of slow simulations."""
+        best = state
+        while budget is None or len(self.cache) < budget:
+            if self.first and self.cost(best) >= INFEASIBLE:
+                # over the capacity (a refined plan the coarser chain under-counted): the fastest neighbour
+                # that fits, else the least over; the first one less over can walk far from the plan. The
+                # budget bounds the scan (a full neighbourhood of a layer chain is hundreds of simulations)
+                scan = (m for m in self.neighbours(best) if budget is None or len(self.cache) < budget)
+                move = min(scan, key=self._repair_key, default=None)
+                if move is None or self.cost(move) >= self.cost(best) - 1e-12:
+                    break
+                best = move
+                continue
+            if self.first:  # the budget also bounds the scan of one neighbourhood
+                move = next((m for m in self.neighbours(best)
+                             if (budget is None or len(self.cache) < budget)
+                             and self.cost(m) < self.cost(best) - 1e-12), None)
+                if move is None:
+                    break
+                best = move
+                continue
+            moves = list(self.neighbours(best))
+            move = min(moves, key=self.cost, default=None)
+            if move is None or self.cost(move) >= self.cost(best) - 1e-12:
+                move = self.repair(best, moves) if self.repairs else None
+                if move is None:
+                    break
+            best = move
+        return best
+
+    def anneal(self, best: State, budget: int, seed: int = 0, hot: float = HOT, cold: float = COLD) -> State:
+        """Simulated annealing from `best`: a random neighbour, taken if it fits and is not
+        slower, or slower by a fraction x of the current time with probability exp(-x / t),
+        the temperature t falling geometrically from `hot` to `cold` as the budget is spent
+        (19/20 of `budget` states simulated, or three times as many moves); then steepest
+        descent from the fastest state seen until `budget`. A walk crosses the ridges
+        between plan families that a descent from a few kicked states rarely does. One
+        move in `JUMP` is a block move together with a random depth and layout: another
+        prefetch depth makes a different set of blocks fit, and neither move alone may
+        fit (WRN-28-10: depth 2 with a swap early, 1.6% faster than the best depth-4 plan)."""
+        rng = random.Random(seed)
+        start = len(self.cache)
+        total = max(budget - start, 1)
+        current, cost = best, self.cost(best)
+        moves, blocks, tries = None, [], 0
+        walk = start + total * 19 // 20  # the last steps: a descent from the best
+        while len(self.cache) < walk and tries < 3 * total:
+            tries += 1
+            if moves is None:
+                blocks = list(self.block_moves(current[0]))
+                moves = list(self.neighbours(current, blocks))
+                if not moves:
+                    break
+            if blocks and rng.random() < JUMP:
+                # jumps keep to overlapping depths (depth 0, on demand, is for reach: the descents try it)
+                move = (rng.choice(blocks), rng.choice(self.overlapping), rng.choice(self.space.layouts))
+            else:
+                move = rng.choice(moves)
+            new = self.cost(move)
+            spent = max((len(self.cache) - start) / total, tries / (3 * total))
+            heat = hot * (cold / hot) ** min(spent, 1.0)
+            if new <= cost or (new < INFEASIBLE and rng.random() < math.exp(-(new - cost) / (cost * heat))):
+                if move != current:
+                    moves = None
+                current, cost = move, new
+                if new < self.cost(best) - 1e-12:
+                    best = move
+        return self.descend(best, budget)

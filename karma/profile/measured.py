@@ -1,0 +1,125 @@
+"""Measured profile: the same fields as the analytic one, timed on a real device.
+
+Bytes are counted exactly as in the analytic profile (the same hooks, on real
+tensors); forward and backward times are the median of `reps` timed runs after
+`warmup` untimed ones, per distinct unit, with gradients cleared before each
+run so every run does the work of a first step. On CUDA the device is
+synchronised around each timed pass.
+
+A recompute is timed as the runtime runs it (karma/profile/checkpointing.py): each run is
+followed by one under checkpoint, and the checkpointed backward less the plain
+backward less the plain forward is what a recompute costs beyond the forward, as
+the last unit of its segment (UnitProfile.recompute_extra_time; checkpoint's early
+stop skips a tail nobody saved, so it may be negative). Inside a segment the next
+unit saves the output, so it is made again: a second pair of runs ends in an op
+that saves each output tensor (x * x, in both runs, so that its own costs cancel)
+and gives recompute_inner_extra_time. Medians over the repeats of the paired
+differences, never below minus the forward, and 0 (the paper's recompute = forward) unless
+every repeat agrees on the sign (`consistent_extra`): a difference of three noisy passes moves
++-20% of a forward from repeat to repeat, and the planner picks the plans whose recompute
+looks cheapest, noise included (2026-12-01, this CPU: three profiles of Megatron-1.2B's small
+preset put a layer's recompute, as the last of its segment, at 0.88, 1.25 and 1.31x its
+forward; in a pipeline run KARMA's plan, single-layer recompute segments, ran 1.29x its
+prediction within its repeat where the other plans ran 0.92-1.21x). On this CPU a recompute cost 1.3-1.5x
+the forward on ResNet-50's bottlenecks and 0.5-0.8x as the last unit of a WRN-28-10
+segment (FACTS.md): costing every recompute at its forward predicted ResNet-50's
+recomputing runtime plans 7-35% fast and WRN-28-10's up to 25% slow.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from karma.profile.chain import profile_chain
+from karma.profile.checkpointing import checkpointed
+from karma.profile.profile import Profile
+from karma.profile.trace import run_backward, run_forward
+from models.boundary import tensors
+from models.chain import ChainModel
+
+
+def device_label(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    threads = torch.get_num_threads()
+    return f"cpu ({threads} thread{'s' if threads > 1 else ''})"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed_pass(run, device: torch.device) -> tuple[float, float]:
+    """(forward s, backward s) of one pass: `run()` gives the result the backward starts from."""
+    _sync(device)
+    t0 = time.perf_counter()
+    result = run()
+    _sync(device)
+    t1 = time.perf_counter()
+    run_backward(result)
+    _sync(device)
+    return t1 - t0, time.perf_counter() - t1
+
+
+def _saved_by_next(result):
+    """The unit's output as the next unit would hold it: each tensor through an op that saves it."""
+    if isinstance(result, tuple):
+        return tuple(t * t if t.grad_fn is not None else t for t in result)
+    return result * result
+
+
+def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: int,
+              precision: str = "fp32") -> tuple[float, float, float, float]:
+    """Median forward and backward seconds of one unit (the forward under autocast in mixed
+    precision), and the median extra seconds of recomputing it, as the last unit of its segment
+    and inside one (the module docstring)."""
+
+    def forward(inputs):
+        return run_forward(unit, inputs, loss, target, precision)
+
+    runs = (lambda: forward(x), lambda: checkpointed(forward, [unit], x),
+            lambda: _saved_by_next(forward(x)), lambda: checkpointed(lambda i: _saved_by_next(forward(i)), [unit], x))
+    fwd, bwd, last, inner = [], [], [], []
+    for r in range(warmup + reps):
+        times = []
+        for run in runs:
+            for p in unit.parameters():
+                p.grad = None
+            for t in tensors(x):
+                t.grad = None
+            times.append(_timed_pass(run, device))
+        if r >= warmup:
+            (f, b), (_, b_last), (_, b_held), (_, b_inner) = times
+            fwd.append(f)
+            bwd.append(b)
+            last.append(b_last - b - f)
+            inner.append(b_inner - b_held - f)
+    f = statistics.median(fwd)
+    return f, statistics.median(bwd), max(consistent_extra(last), -f), max(consistent_extra(inner), -f)
+
+
+def consistent_extra(differences: list[float]) -> float:
+    """The median of a recompute's paired extra times where every repeat has the same sign, else 0 (the
+    module docstring says why). One repeat is taken as it is."""
+    if all(d > 0 for d in differences) or all(d < 0 for d in differences):
+        return statistics.median(differences)
+    return 0.0
+
+
+def measured_profile(model: ChainModel, reps: int = 5, warmup: int = 1, progress=None) -> Profile:
+    """Profile `model` (built on a real device) by running it there, in the model's precision
+    (real torch.autocast: bf16 works on a CPU, fp16 wants CUDA)."""
+    if reps < 1 or warmup < 0:
+        raise ValueError("reps must be >= 1 and warmup >= 0")
+    device = next(model.units.parameters()).device
+
+    def timer(unit, x, loss, target, _trace):
+        return time_unit(unit, x, loss, target, device, reps, warmup, model.precision)
+
+    return profile_chain(model, device, timer, "measured", device_label(device),
+                         f"median of {reps} runs after {warmup} warm-up, per distinct unit; recompute timed "
+                         "under torch.utils.checkpoint", progress)

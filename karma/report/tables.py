@@ -1,0 +1,98 @@
+"""Tables the pipeline writes, built from profiles (pandas DataFrames).
+
+Every row names its source (DESIGN.md, "Measured versus simulated"): analytic
+rows are *simulated* on a Hardware preset, measured rows were *measured* on a
+named device.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from karma.core.hardware import Hardware
+from karma.experiments.scaling import interpolate
+from karma.profile.analytic import analytic_profile
+from karma.profile.profile import Profile
+from karma.sim.simulate import in_core_peak_bytes
+from models.registry import build
+
+GB = 1e9
+
+
+def footprint_rows(profiles: list[Profile], hw: Hardware) -> pd.DataFrame:
+    """Per model at paper size: parameters, memory of plain training vs the device, compute time."""
+    rows = []
+    for p in profiles:
+        peak = in_core_peak_bytes(p)
+        rows.append({
+            "model": p.model,
+            "batch": p.batch,
+            "params_M": p.param_bytes() / 4 / 1e6,
+            "weights_grads_optimizer_GB": p.weight_state_bytes() / GB,
+            "activations_GB": p.activation_bytes() / GB,
+            "in_core_peak_GB": peak / GB,
+            "device_GB": hw.device_memory / GB,
+            "times_over_capacity": peak / hw.device_memory,
+            "fwd_bwd_s": p.forward_time() + p.backward_time(),
+            "fwd_GFLOP": sum(u.forward_flops for u in p.units) / 1e9,
+            "source": p.label,
+        })
+    return pd.DataFrame(rows)
+
+
+def measured_rows(profiles: list[Profile]) -> pd.DataFrame:
+    """Per model at the small size, timed on this machine."""
+    rows = []
+    for p in profiles:
+        rows.append({
+            "model": p.model,
+            "size": p.size,
+            "batch": p.batch,
+            "units": len(p.units),
+            "fwd_ms": p.forward_time() * 1e3,
+            "bwd_ms": p.backward_time() * 1e3,
+            "bwd_over_fwd": p.backward_time() / p.forward_time(),
+            # a recompute over the forward it repeats, every unit recomputed as the last of its segment / inside one
+            "recompute_last_over_fwd": sum(u.recompute_time(True) for u in p.units) / p.forward_time(),
+            "recompute_inner_over_fwd": sum(u.recompute_time(False) for u in p.units) / p.forward_time(),
+            "activations_MB": p.activation_bytes() / 1e6,
+            "in_core_peak_MB": in_core_peak_bytes(p) / 1e6,
+            "achieved_GFLOP_s": sum(u.forward_flops + u.backward_flops for u in p.units)
+            / (p.forward_time() + p.backward_time()) / 1e9,
+            "source": p.label,
+        })
+    return pd.DataFrame(rows)
+
+
+def to_markdown(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
+    return df.to_markdown(index=False, floatfmt=floatfmt)
+
+
+def markdown_report(title: str, intro: list[str], table: pd.DataFrame) -> str:
+    """A titled Markdown page: intro lines, the table, its source (a column of its own when rows differ)."""
+    sources = list(dict.fromkeys(table.source)) if "source" in table else []
+    if len(sources) > 1:
+        return "\n".join([f"# {title}", "", *intro, "", to_markdown(table)]) + "\n"
+    body = to_markdown(table.drop(columns=["source"], errors="ignore"))
+    return "\n".join([f"# {title}", "", *intro, "", body, "", f"Source: {sources[0] if sources else ''}"]) + "\n"
+
+
+def memory_vs_batch(profiles: list[Profile], hw: Hardware, points: int = 12) -> pd.DataFrame:
+    """In-core peak of each model from batch 1 to 1.5x its paper batch: exact at batch 1 and at the
+    paper batch (analytic profiles), linear between and beyond (karma.experiments.scaling.interpolate)."""
+    rows = []
+    for big in profiles:
+        one = analytic_profile(build(big.model, big.size, 1, device="meta"), hw)
+        if big.batch == 1:  # one point only: nothing to draw a line through
+            rows.append({"model": big.model, "batch": 1, "in_core_peak_GB": in_core_peak_bytes(big) / 1e9,
+                         "paper_batch": True, "source": f"simulated: analytic profile on {hw.name}"})
+            continue
+        top = int(big.batch * 1.5)
+        batches = sorted(set(np.unique(np.geomspace(1, top, points).round().astype(int)).tolist()) | {big.batch})
+        for b in batches:
+            peak = in_core_peak_bytes(interpolate(one, big, b)) if b != 1 else in_core_peak_bytes(one)
+            rows.append({"model": big.model, "batch": b, "in_core_peak_GB": peak / 1e9, "paper_batch": b == big.batch,
+                         "source": f"simulated: analytic profiles on {hw.name} at batch 1 and {big.batch}, "
+                                   f"linear in the batch between and beyond"})
+    return pd.DataFrame(rows)

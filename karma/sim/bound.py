@@ -1,0 +1,328 @@
+"""A lower bound on the iteration time of every feasible plan (the physical limit).
+
+Claim: for a Profile P, Hardware H and capacity M, every plan `karma.plan.plan.Plan`
+can express (any tiling into blocks; keep, swap or recompute per block; the
+checkpoint on the device or the host; any prefetch depth; weights resident
+with the optimizer on the device or on the host, or streamed; half or full
+duplex) that `karma.sim.simulate.simulate` accepts takes at least
+``lower_bound(P, H, M)`` seconds. tests/test_bound.py checks it against the
+exhaustive optimum of random adversarial chains.
+
+Proof (every line is a fact of the simulator's schedule, for one layout).
+Units j = 0..n-1 with forward f_j, backward b_j, recompute r_j (f_j plus the
+measured premium of a recompute, the lesser of its two cases, UnitProfile.recompute_time),
+and s_j their own saved bytes:
+what they save less the boundary shared with unit j-1 (so each storage is
+counted once: the simulator counts it once or twice, never less). Let x_j = 1
+if unit j's block is swapped, y_j = 1 if it is recomputed (x_j + y_j <= 1),
+TF_j the end of unit j's forward, t1 >= TF_{n-1} the end of the forward phase,
+tau_j the start of unit j's backward and T the end of the iteration.
+
+1. Compute is one in-order queue: TF_0 >= f_0, TF_j >= TF_{j-1} + f_j; the
+   backward runs after every forward, in reverse unit order, a recomputed
+   block's forwards just before its backwards. So tau_j >= tau_{j+1} + b_{j+1},
+   tau_j >= t1 + sum_{k>j} b_k + sum_{k>=j} y_k r_k (every later backward and
+   every recompute of units >= j, unit j's own included, come first), and
+   T >= tau_j + sum_{k<=j} b_k + S + tail, T >= t1 + B + sum_k y_k r_k + S + tail,
+   where S is the device optimizer step (resident weights, device optimizer)
+   and tail the first unit's gradient download and host update (and upload,
+   resident weights with a host optimizer): block 0's gradients go down only
+   after its backward.
+2. Memory when unit i's backward starts (the op's allocation is counted):
+   the static bytes (buffers; plus resident weights; plus the optimizer state
+   with a device optimizer), the weight gradients (device optimizer: those of
+   units >= i; otherwise at least unit i's own, which its backward allocates),
+   streamed: unit i's weights (and tied weights it uses), its backward
+   transient (output and input gradients, workspace), all of s_i (kept, or
+   prefetched, or recomputed: a recomputed block's first unit holds the rest
+   of its input as the checkpoint), and for j < i at least s_j unless unit j
+   is swapped or recomputed (then we count nothing). All of it <= M. A unit
+   making its input gradient last (models/lean_layers.py) is counted with the
+   smaller of its input gradient and its saved input taken off: in its first
+   phase the input gradient is not made yet, in its second a saved input may
+   be gone (`split_relief`).
+3. Memory when unit i's forward starts: static (streamed: unit i's weights),
+   unit i's workspace and s_i, and s_j of every earlier unit j that is not
+   recomputed, less the swapped bytes a_i already copied out by then (the
+   forward allocates as it starts, at TF_i - f_i; frees come first at equal
+   times): a_i <= sum_{j<i} x_j s_j, and, for every k < i,
+   a_i <= sum_{j<k} x_j s_j + bw_d2h (TF_i - f_i - TF_k), since the bytes of
+   units >= k leave only after their block's forward, hence after TF_k, through
+   one queue at the link's rate (k = 0: nothing leaves before TF_0). All k in
+   O(n) rows: Q_i, what may have left by TF_{i-1}, is at most Q_{i-1} +
+   bw_d2h (TF_{i-1} - TF_{i-2}) and sum_{j<i-1} x_j s_j (Q_1 = 0), and
+   a_i <= Q_i + bw_d2h (TF_i - f_i - TF_{i-1}).
+4. Copies: a swapped unit's bytes come back (host->device) after t1 and before
+   its backward, streamed weights are uploaded again after t1 before their
+   backward: tau_i >= t1 + (sum_{j>=i} x_j s_j + streamed weights of units >= i)
+   / bw_h2d. Swap-outs leave in forward order through one queue and a block is
+   prefetched only after its own copy out ended, so a swapped unit j waits for
+   every swapped byte of units <= j to leave, then for its own bytes (less the
+   boundary it shares with the next unit, which may come back with that unit)
+   to come back: if x_j = 1, tau_j >= sum_{k<=j} x_k s_k / bw_d2h + (s_j - shared_j)
+   / bw_h2d, and tau_j >= TF_j + x_j (s_j / bw_d2h + (s_j - shared_j) / bw_h2d).
+   Streamed: unit i's forward waits for the uploads of every unit <= i.
+5. Whole iteration: each queue's total work fits in [0, T] (half duplex: one
+   queue carries both directions); host-side optimizers: downloads and host
+   updates start only after the last unit's backward.
+
+Every constraint holds for the plan's (x, y, TF, t1, tau, a, T), so the minimum
+of T over this mixed-integer program is <= the plan's time. HiGHS
+(scipy.optimize.milp) solves it; we take its *dual* bound (the proven lower end
+of its optimality gap, never the incumbent), or the LP relaxation's optimum if
+it is higher; both are below the MILP optimum. The result is the minimum over
+the three weight layouts, less 1e-6 relative for the solver's feasibility
+tolerance. QED.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from karma.core.hardware import Hardware
+from karma.profile.profile import GradientBytes, Profile, backward_transient, input_gradient_bytes, storage_bytes_of
+from karma.sim.simulate import optimizer_traffic_bytes
+
+GB = 1e9
+#: (weights, optimizer): the weight layouts a Plan can express.
+LAYOUTS = (("resident", "device"), ("resident", "host"), ("streamed", "host"))
+
+
+@dataclass
+class _Program:
+    """Rows of `A v <= b` over the variables, built one constraint at a time; `new` adds variables."""
+
+    nv: int
+
+    def __post_init__(self):
+        self.rows: list[dict[int, float]] = []
+        self.rhs: list[float] = []
+        self.zero: list[int] = []  # variables fixed at 0
+
+    def le(self, entries: list[tuple[int, float]], bound: float) -> None:
+        row: dict[int, float] = {}
+        for idx, val in entries:
+            row[idx] = row.get(idx, 0.0) + val
+        self.rows.append(row)
+        self.rhs.append(bound)
+
+    def new(self, count: int) -> int:
+        first = self.nv
+        self.nv += count
+        return first
+
+    def running_sum(self, steps: list[list[tuple[int, float]]], below: bool, reverse: bool = False) -> int:
+        """Variables V_0..V_m over the m `steps` (each a weighted sum of variables): V_0 = 0 and
+        V_{k+1} <= V_k + step k if `below` (then V_k is at most the sum of the first k steps), >= if
+        not; `reverse` sums from the last step (V_k: steps m-k..m-1). A constraint on a sum of
+        variables (memory over every earlier unit, copies of every later one) then takes one row on
+        V instead of a row of n entries: O(n) nonzeros in all, where the sums themselves took O(n^2)
+        (gigabytes and minutes at ResNet-1001's 3339 layer units). With the direction of each use (a
+        sum bounded from below uses `below`, one bounded from above not), every solution of the
+        program maps to one of the summed form and back, so the optimum, the LP relaxation and the
+        bound are the same."""
+        m = len(steps)
+        first = self.new(m + 1)
+        self.zero.append(first)
+        order = range(m - 1, -1, -1) if reverse else range(m)
+        sign = 1.0 if below else -1.0
+        for k, step in enumerate(order):
+            self.le([(first + k + 1, sign), (first + k, -sign)] + [(v, -sign * c) for v, c in steps[step]], 0.0)
+        return first
+
+    def matrix(self, scale: np.ndarray) -> sparse.csr_matrix:
+        data, cols, ptr = [], [], [0]
+        for row in self.rows:
+            for idx, val in row.items():
+                cols.append(idx)
+                data.append(val * scale[idx])
+            ptr.append(len(cols))
+        return sparse.csr_matrix((data, cols, ptr), shape=(len(self.rows), self.nv))
+
+
+def split_relief(units, i: int) -> float:
+    """Bytes unit i's backward may need less than all its transients and saved bytes at once: a unit
+    making its input gradient last (models/lean_layers.py) holds the input gradient only after its
+    weight gradients, when a saved input nothing else holds may be gone. Each of its two phases needs
+    at least the whole less the smaller of the two, so the bound, counting that less, stays below both."""
+    u = units[i]
+    return min(input_gradient_bytes(units, i), u.saved_input_bytes) if u.input_grad_last else 0.0
+
+
+def _gradients(units) -> list[float]:
+    """Weight-gradient bytes each unit's backward allocates (tied weights credited as the simulator does)."""
+    made = GradientBytes()
+    out = [0.0] * len(units)
+    for i in range(len(units) - 1, -1, -1):
+        out[i] = made(units[i])
+    return out
+
+
+def _own_bytes(profile: Profile) -> tuple[np.ndarray, list[float]]:
+    """(s_j, shared_j): each unit's own saved bytes, every storage counted once, and the bytes it
+    shares with the next unit. With boundary storage ids (layer granularity, karma/sim/boundary_memory.py)
+    a storage is counted with the first unit saving it and shared with the next unit if that one
+    saves it too; the simulator holds it at least that long, so the sums stay below its memory."""
+    units = profile.units
+    if not any(u.boundary_out for u in units):
+        shared = [float(profile.shared_boundary_bytes(i)) for i in range(len(units))]
+        return np.array([u.saved_bytes - (shared[i - 1] if i else 0) for i, u in enumerate(units)], dtype=float), shared
+
+    size = storage_bytes_of(profile)
+    seen: set[int] = set()
+    own, shared = [], []
+    for i, u in enumerate(units):
+        first = [sid for sid in u.boundary_saved if sid not in seen]
+        seen.update(first)
+        own.append(u.saved_bytes - sum(size[sid] for sid in u.boundary_saved) + sum(size[sid] for sid in first))
+        after = set(units[i + 1].boundary_saved) if i + 1 < len(units) else set()
+        shared.append(float(sum(size[sid] for sid in first if sid in after)))
+    return np.array(own, dtype=float), shared
+
+
+def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimizer: str,
+          time_limit: float) -> float:
+    units = profile.units
+    n = len(units)
+    streamed, host_opt = weights == "streamed", optimizer == "host" or weights == "streamed"
+    own, shared = _own_bytes(profile)
+    own = own / GB
+    back = np.maximum(own - np.array(shared) / GB, 0.0)  # what a swapped unit's own prefetch surely brings
+    param = np.array([u.param_bytes for u in units], dtype=float)
+    total_params = float(param.sum())
+    d2h, h2d = hw.d2h_bw / GB, hw.h2d_bw / GB  # GB/s
+    f = np.array([u.forward_time for u in units])
+    r = np.array([min(u.recompute_time(True), u.recompute_time(False)) for u in units])  # either case
+    b = np.array([u.backward_time for u in units])
+    grads = _gradients(units)
+    static = float(sum(u.buffer_bytes for u in units))
+    if not streamed:
+        static += total_params + (0 if host_opt else sum(u.optimizer_bytes for u in units))
+    step = tail = up = down = host = 0.0
+    if host_opt:
+        down = total_params / hw.d2h_bw
+        host = optimizer_traffic_bytes(total_params, profile.optimizer) / hw.host_update_bw
+        tail = param[0] / hw.d2h_bw + optimizer_traffic_bytes(param[0], profile.optimizer) / hw.host_update_bw
+        up = 2 * total_params / hw.h2d_bw if streamed else total_params / hw.h2d_bw
+        if not streamed:
+            tail += param[0] / hw.h2d_bw
+    else:
+        step = optimizer_traffic_bytes(total_params, profile.optimizer) / hw.memory_bw
+    live_grads = list(np.cumsum(grads[::-1])[::-1]) if not host_opt else grads
+    weights_at = [(u.param_bytes + u.tied_param_bytes) if streamed else 0 for u in units]
+    # memory left for earlier units' bytes when unit i's backward starts (GB)
+    room = np.array([(capacity - static - live_grads[i] - weights_at[i] - backward_transient(units, i)
+                      + split_relief(units, i)) / GB - own[i] for i in range(n)])
+    if (room < 0).any():  # some unit's backward alone does not fit
+        return math.inf
+    prefix = np.concatenate([[0.0], np.cumsum(own)])
+
+    X, Y, T1, T2 = 0, n, 2 * n, 2 * n + 1
+    TF, A, TAU = 2 * n + 2, 3 * n + 2, 4 * n + 2
+    p = _Program(5 * n + 2)
+    le = p.le
+    # running sums (_Program.running_sum): V[i] over units < i, or >= i (reverse)
+    kept_lo = p.running_sum([[(X + j, 1), (Y + j, 1)] for j in range(n)], below=True)  # swapped or recomputed
+    recomputed_lo = p.running_sum([[(Y + j, 1)] for j in range(n)], below=True)
+    swapped_lo = p.running_sum([[(X + j, 1)] for j in range(n)], below=True)
+    swapped_hi = p.running_sum([[(X + j, 1)] for j in range(n)], below=False)
+    later_swapped_hi = p.running_sum([[(X + j, 1)] for j in range(n)], below=False, reverse=True)
+    later_recompute_hi = p.running_sum([[(Y + k, r[k] / own[k])] if own[k] else [] for k in range(n)],
+                                       below=False, reverse=True)
+    for j in range(n):
+        le([(X + j, 1), (Y + j, 1)], own[j])  # x, y are scaled by own below: x_j + y_j <= 1
+    # 1. compute in order; forward
+    le([(TF, -1)], -f[0])
+    for i in range(1, n):
+        le([(TF + i - 1, 1), (TF + i, -1)], -f[i])
+    le([(TF + n - 1, 1), (T1, -1)], 0.0)
+    if streamed:  # 4. a unit's forward waits for the uploads of every unit up to it
+        for i in range(n):
+            le([(TF + i, -1)], -(param[: i + 1].sum() / hw.h2d_bw + f[i]))
+    # 3. memory at each forward
+    left = p.new(n)  # Q_i: what may have left by TF_{i-1} (item 3; Q_0 unused)
+    for i in range(1, n):
+        le([(A + i, 1), (swapped_lo + i, -1)], 0.0)
+        if i == 1:
+            le([(left + 1, 1)], 0.0)
+        else:
+            le([(left + i, 1), (left + i - 1, -1), (TF + i - 1, -d2h), (TF + i - 2, d2h)], 0.0)
+            le([(left + i, 1), (swapped_lo + i - 1, -1)], 0.0)
+        le([(A + i, 1), (left + i, -1), (TF + i, -d2h), (TF + i - 1, d2h)], -d2h * f[i])
+    for i in range(n):
+        transient = units[i].workspace_bytes + weights_at[i]
+        le([(recomputed_lo + i, -1)] + ([(A + i, -1)] if i else []),
+           (capacity - static - transient) / GB - own[i] - prefix[i])
+    # 1. backward order and the recomputes before each backward
+    for i in range(n):
+        le([(later_recompute_hi + n - i, 1), (T1, 1), (TAU + i, -1)], -b[i + 1:].sum())
+        if i + 1 < n:
+            le([(TAU + i + 1, 1), (TAU + i, -1)], -b[i + 1])
+        le([(TAU + i, 1), (T1, -1), (T2, -1)], -(b[: i + 1].sum() + step + tail))
+    le([(later_recompute_hi + n, 1), (T1, -1), (T2, -1)], -(b.sum() + step + tail))
+    # 2. memory at each backward
+    for i in range(n):
+        le([(kept_lo + i, -1)], room[i] - prefix[i])
+    # 4. copies back before each backward; swap-outs in order before a swapped unit's prefetch
+    for i in range(n):
+        later_weights = param[i:].sum() / GB if streamed else 0.0
+        le([(later_swapped_hi + n - i, 1), (TAU + i, -h2d), (T1, h2d)], -later_weights)
+        if own[i] > 0:
+            big = prefix[i + 1] / d2h + back[i] / h2d
+            le([(swapped_hi + i + 1, 1 / d2h), (X + i, back[i] / own[i] / h2d + big / own[i]), (TAU + i, -1)], big)
+            le([(TF + i, 1), (X + i, 1 / d2h + back[i] / own[i] / h2d), (TAU + i, -1)], 0.0)
+    # 5. whole iteration
+    if host_opt:
+        first = (param[n - 1] / hw.d2h_bw) + b[n - 1]
+        le([(T2, -1)], -(b[n - 1] + down))
+        le([(T2, -1)], -(first + host))
+    if hw.link_duplex == "half":
+        le([(X + j, 1 / d2h + 1 / h2d) for j in range(n)] + [(T1, -1), (T2, -1)], -(up + down))
+    else:
+        le([(X + j, 1 / d2h) for j in range(n)] + [(T1, -1), (T2, -1)], -down)
+        le([(X + j, 1 / h2d) for j in range(n)] + [(T1, -1), (T2, -1)], -up)
+    return _solve(p, n, own, time_limit, T1, T2)
+
+
+def _solve(p: _Program, n: int, own: np.ndarray, time_limit: float, t1: int, t2: int) -> float:
+    c = np.zeros(p.nv)
+    c[t1] = c[t2] = 1.0
+    # A unit's bytes all follow its block's policy: x and y are 0/1 choices scaled by its bytes.
+    scale = np.ones(p.nv)
+    scale[: n] = scale[n: 2 * n] = np.where(own > 0, own, 1.0)
+    constraints = LinearConstraint(p.matrix(scale), -np.inf, np.array(p.rhs))
+    lower, upper = np.zeros(p.nv), np.full(p.nv, np.inf)
+    upper[: 2 * n] = np.where(own > 0, 1.0, 0.0).tolist() * 2
+    upper[p.zero] = 0.0
+    relaxed = milp(c, bounds=Bounds(lower, upper), constraints=constraints)
+    if relaxed.status == 2:  # infeasible even fractionally: no plan of this layout can fit
+        return math.inf
+    if relaxed.status != 0:
+        raise RuntimeError(f"lower bound LP failed: {relaxed.message}")
+    bound = relaxed.fun
+    if time_limit > 0:
+        integrality = np.zeros(p.nv)
+        integrality[: 2 * n] = 1
+        res = milp(c, integrality=integrality, bounds=Bounds(lower, upper), constraints=constraints,
+                   options={"time_limit": time_limit})
+        if res.status == 2:
+            return math.inf
+        dual = getattr(res, "mip_dual_bound", None)
+        if dual is not None and math.isfinite(dual):
+            bound = max(bound, dual)
+    return max(bound, 0.0) * (1 - 1e-6)
+
+
+def lower_bound(profile: Profile, hw: Hardware, capacity: float | None = None, time_limit: float = 1.0) -> float:
+    """Seconds: no feasible plan of (profile, hw, capacity) is faster (see the module docstring).
+
+    `time_limit` (s, per layout) caps the MILP solver; past it, its dual bound is
+    returned, which is still a valid (if looser) lower bound.
+    """
+    capacity = hw.device_memory if capacity is None else capacity
+    return min(_case(profile, hw, capacity, w, o, time_limit) for w, o in LAYOUTS)
