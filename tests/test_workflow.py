@@ -1,5 +1,7 @@
 """The Snakemake pipeline: schema in step with the registry, lint clean, bad config named."""
 
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -121,3 +123,34 @@ def test_the_slurm_profile_asks_for_gpus_the_way_the_executor_accepts():
     assert rules["validate_tensor_parallel"]["gpu"] == cluster["large_nlp"]["validate"]["ranks"]
     assert all(rules[r]["tasks_per_gpu"] == 1 and rules[r]["mpi"].startswith("srun")
                for r in ("validate_distributed", "validate_tensor_parallel"))
+
+
+def test_the_local_slurm_node_has_the_machines_cpus_whatever_omp_num_threads_says(tmp_path):
+    """GNU nproc honours OMP_NUM_THREADS: a node sized by it has one CPU, and `srun -n 2` waits forever."""
+    conf = tmp_path / "etc" / "slurm.conf"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "KARMA_SLURM_CONF": str(conf), "KARMA_SLURM_STATE": str(tmp_path)}
+    subprocess.run(["bash", str(ROOT / "workflow/cluster/local-slurm.sh"), "config"], env=env, check=True)
+    node = next(line for line in conf.read_text().splitlines() if line.startswith("NodeName="))
+    assert f" CPUs={os.cpu_count()} " in node, node
+    assert (conf.parent / "gres.conf").exists()
+
+
+def schema_keys(node: dict, path: str = "") -> list[str]:
+    """Every property of the config schema, as `a.b` (`a[].b` inside arrays)."""
+    keys = []
+    for name, sub in node.get("properties", {}).items():
+        key = f"{path}.{name}" if path else name
+        keys.append(key)
+        if isinstance(sub, dict):
+            if sub.get("type") == "array" and isinstance(sub.get("items"), dict):
+                keys += schema_keys(sub["items"], f"{key}[]")
+            keys += schema_keys(sub, key)
+    return keys
+
+
+def test_config_readme_documents_every_schema_key():
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    documented = set(re.findall(r"^\| `([^`]+)` \|", (ROOT / "config/README.md").read_text(), re.M))
+    keys = schema_keys(schema)
+    assert keys and [k for k in keys if k not in documented] == []
+    assert [k for k in documented if k not in keys] == []

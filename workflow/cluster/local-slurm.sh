@@ -5,6 +5,7 @@
 #   workflow/cluster/local-slurm.sh start    # install (Debian) if missing, configure, start, wait for idle
 #   workflow/cluster/local-slurm.sh status
 #   workflow/cluster/local-slurm.sh stop     # stop the daemons by their process ids
+#   workflow/cluster/local-slurm.sh config   # only write slurm.conf and gres.conf (KARMA_SLURM_CONF)
 #
 # Needs root (it writes /etc/slurm and starts daemons). The node offers this machine's cores and
 # 90% of its memory, and declares COUNTED_GPUS generic GPUs backed by empty placeholder files (Slurm
@@ -14,7 +15,7 @@
 set -euo pipefail
 
 STATE=${KARMA_SLURM_STATE:-/var/tmp/karma-slurm}
-CONF=/etc/slurm/slurm.conf
+CONF=${KARMA_SLURM_CONF:-/etc/slurm/slurm.conf}
 MARK="# written by karma workflow/cluster/local-slurm.sh"
 COUNTED_GPUS=4
 PARTITION=local
@@ -39,9 +40,11 @@ write_config() {
     fi
     local host cpus mem
     host=$(hostname)
-    cpus=$(nproc)
+    # the machine's processors, as slurmd counts them: GNU nproc honours OMP_NUM_THREADS (usual on
+    # clusters), and a node of fewer CPUs than a job asks for keeps the job pending forever
+    cpus=$(getconf _NPROCESSORS_ONLN)
     mem=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
-    mkdir -p "$STATE/ctld" "$STATE/d" "$STATE/dev" /etc/slurm
+    mkdir -p "$STATE/ctld" "$STATE/d" "$STATE/dev" "$(dirname "$CONF")"
     for ((g = 0; g < COUNTED_GPUS; g++)); do touch "$STATE/dev/gpu$g"; done
     cat >"$CONF" <<CONFIG
 $MARK
@@ -69,7 +72,7 @@ GresTypes=gpu
 NodeName=$host CPUs=$cpus RealMemory=$mem Gres=gpu:$COUNTED_GPUS State=UNKNOWN
 PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONFIG
-    cat >/etc/slurm/gres.conf <<GRES
+    cat >"$(dirname "$CONF")/gres.conf" <<GRES
 $MARK
 NodeName=$host Name=gpu File=$STATE/dev/gpu[0-$((COUNTED_GPUS - 1))]
 GRES
@@ -100,7 +103,7 @@ wait_idle() {
             scontrol update nodename="$(hostname)" state=resume 2>/dev/null || true
         fi
         if [[ $state == idle* || $state == mixed* ]]; then
-            log "node $(hostname) is $state (partition $PARTITION, $(nproc) CPUs, $COUNTED_GPUS counted GPUs)"
+            log "node $(hostname) is $state (partition $PARTITION, $(getconf _NPROCESSORS_ONLN) CPUs, $COUNTED_GPUS counted GPUs)"
             return
         fi
         sleep 1
@@ -142,5 +145,6 @@ case ${1:-} in
     start) start ;;
     stop) stop ;;
     status) sinfo; squeue ;;
-    *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+    config) write_config ;;
+    *) echo "usage: $0 start|stop|status|config" >&2; exit 2 ;;
 esac
