@@ -1,6 +1,6 @@
 """How a baseline picks among its own configurations under a capacity.
 
-Every baseline here is run as its authors would run it (DESIGN.md, Fair
+Every baseline here is run as its authors would run it (docs/design.md, Fair
 comparison): given the capacity, it tries the configurations its published
 rule allows and keeps the one its rule prefers among those that fit, judged by
 the same simulator that judges KARMA. When none fits it returns its most

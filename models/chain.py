@@ -112,7 +112,7 @@ def sequential(units: list[tuple[str, nn.Module]]) -> nn.Sequential:
 
 
 def random_images(shape: tuple[int, ...], classes: int, batch: int, device: torch.device, seed: int) -> Batch:
-    """Synthetic images and labels (timing does not depend on the data, PAPER.md)."""
+    """Synthetic images and labels (timing does not depend on the data, docs/paper.md)."""
     if device.type == "meta":
         return (torch.empty((batch, *shape), device=device),
                 torch.empty((batch,), dtype=torch.long, device=device))

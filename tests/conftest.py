@@ -1,4 +1,4 @@
-"""Shared test settings: one torch thread (FACTS.md: 2 cores, avoid oversubscription)."""
+"""Shared test settings: one torch thread (docs/machine.md: 2 cores, avoid oversubscription)."""
 
 import pytest
 import torch

@@ -41,7 +41,7 @@ SPECS = {
     "hf:llama": {"set": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
                          "num_key_value_heads": 1, "vocab_size": 96, "max_position_embeddings": 16,
                          # with dropout 0 a real CPU runs sdpa's fused kernel, which saves less than the math
-                         # path the meta device counts (FACTS.md): 9% over the runtime's peak
+                         # path the meta device counts (docs/machine.md): 9% over the runtime's peak
                          "attention_dropout": 0.1}, "seq": 16},
 }
 BATCH = 2

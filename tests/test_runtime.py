@@ -211,8 +211,8 @@ def keep_or_recompute_plan(draw, models=tuple(MODELS)):
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(keep_or_recompute_plan())
 def test_the_simulator_predicts_the_runtimes_peak_within_5_percent(case):
-    """DESIGN.md: the simulator agrees with the runtime on what it measures. The profile is counted on
-    the meta device (equal to a real run, FACTS.md); the runtime counts every tensor it creates."""
+    """docs/design.md: the simulator agrees with the runtime on what it measures. The profile is counted on
+    the meta device (equal to a real run, docs/machine.md); the runtime counts every tensor it creates."""
     name, plan = case
     predicted = simulate(analytic_profile(build(name, "tiny", 2, device="meta"), load("v100-abci")), plan,
                          load("v100-abci"), capacity=math.inf).peak_bytes

@@ -1,6 +1,6 @@
 """Hardware: one machine as plain data, loaded from a YAML preset.
 
-The performance model (DESIGN.md, Simulator) needs only rates and capacities:
+The performance model (docs/design.md, Simulator) needs only rates and capacities:
 device memory, sustained compute rate (FP32, and optionally the tensor-core rate of
 fp16 and bf16 GEMMs), device memory bandwidth, host<->device
 bandwidth per direction, the host's optimizer-update rate, and the network.

@@ -1,4 +1,4 @@
-"""Precision: fp32, or automatic mixed precision in fp16 or bf16 (DESIGN.md, Precision).
+"""Precision: fp32, or automatic mixed precision in fp16 or bf16 (docs/design.md, Precision).
 
 Mixed precision here is the layout of Micikevicius et al., "Mixed Precision
 Training" (ICLR 2018), as Megatron-LM, DeepSpeed/ZeRO and apex's O2 level run

@@ -12,7 +12,7 @@ Why the network and the host optimizer are emulated: with one rank per core, the
 takes every core of this machine. A real shared-memory all-reduce, or a real host optimizer
 step, overlapped with the backward (the pipelined order) only takes the core from the rank's
 compute, where on a GPU cluster they run on the NIC and on the host's own cores; and a blocking
-MPI wait busy-polls a core (FACTS.md, "MPI"). Measured that way on 2 cores, the pipelined order
+MPI wait busy-polls a core (docs/machine.md, "MPI"). Measured that way on 2 cores, the pipelined order
 was 8-11% *slower* than the naive one while the model predicted 4-9% faster: the run measured
 contention, not pipelining. So, as the host link is (karma/runtime/link.py), the network and
 the host optimizer are emulated at the reference machine's ratios to its link (one GPU's share
@@ -70,7 +70,7 @@ def calibrate_allreduce(comm, big: int = 32 << 20) -> tuple[float, float]:
 def emulated_rates(link: float, reference: str = "v100-abci") -> tuple[float, float]:
     """(network, host optimizer) bytes/s per rank that keep the `reference` machine's ratios to its
     host link: one GPU's share of the node's inter-node network and of its host optimizer rate,
-    scaled as the emulated link is (DESIGN.md, "Measured versus simulated")."""
+    scaled as the emulated link is (docs/design.md, "Measured versus simulated")."""
     ref = load(reference)
     scale = link / ref.h2d_bw
     return ref.inter_node_bw / ref.gpus_per_node * scale, ref.host_update_bw / ref.gpus_per_node * scale

@@ -11,7 +11,7 @@ shard, so the averaged gradient is the gradient of the mean over the global batc
 the weights equal one process training on the global batch (float tolerance: the sum
 order differs).
 
-Threads: one torch thread per rank (FACTS.md: ranks x threads must not oversubscribe
+Threads: one torch thread per rank (docs/machine.md: ranks x threads must not oversubscribe
 the cores). Checked at start: every rank has the same model, batch and plan, or all
 exit with one line. Faults: any exception on a rank prints ``rank R: error`` and aborts
 the whole job (MPI_Abort), so no rank hangs in a collective and nothing half-written
@@ -90,7 +90,7 @@ def averaged(comm, network_bw: float | None = None, latency: float = 0.0, poll: 
 
     The wait polls (MPI_Testall, then `poll` seconds asleep, up to 10 `poll` while the emulated
     time has that much left: fewer wake-ups on a busy machine) instead of MPI_Waitall, which
-    busy-polls a core (FACTS.md): on 2 cores that core is the other rank's compute. MPICH
+    busy-polls a core (docs/machine.md): on 2 cores that core is the other rank's compute. MPICH
     progresses the requests inside each Testall. With `network_bw` the all-reduce is emulated on
     a network of that bandwidth per rank: done for real, it ends no earlier than the ring model's
     time (karma/sim/network.py) after it could start (the network is an in-order queue)."""

@@ -1,4 +1,4 @@
-"""Plan: what to do with each block of a chain model's units (DESIGN.md, Plan).
+"""Plan: what to do with each block of a chain model's units (docs/design.md, Plan).
 
 A plan splits the units into blocks of consecutive units and gives each block
 a policy for the activations its units save for backward (KARMA, Sec. IV):

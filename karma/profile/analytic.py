@@ -8,7 +8,7 @@ Each aten operator of a unit's forward and backward costs (Williams et al.,
 with FLOPs at the rate of the precision they run in (the tensor-core rate of 16-bit
 GEMMs and convolutions) and bytes as moved (2 per 16-bit element), so
 convolutions and GEMMs are compute bound and BatchNorm, ReLU, softmax and
-LayerNorm (0 FLOPs in the flop counter, FACTS.md) are memory bound. Nothing
+LayerNorm (0 FLOPs in the flop counter, docs/machine.md) are memory bound. Nothing
 is allocated, so every model of the zoo, Turing-NLG 17B included, profiles
 at paper size in seconds.
 """

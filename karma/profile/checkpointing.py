@@ -3,7 +3,7 @@
 One function for the runtime (karma/runtime/execute.py) and the measured profile
 (karma/profile/measured.py), so that the recompute the profile times is the one the
 runtime pays: non-reentrant checkpoint, RNG state preserved (dropout must draw the
-same mask again, FACTS.md) and BatchNorm running statistics put back after the
+same mask again, docs/machine.md) and BatchNorm running statistics put back after the
 recompute (it would otherwise update them twice and drift from plain training).
 """
 

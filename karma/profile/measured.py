@@ -22,7 +22,7 @@ preset put a layer's recompute, as the last of its segment, at 0.88, 1.25 and 1.
 forward; in a pipeline run KARMA's plan, single-layer recompute segments, ran 1.29x its
 prediction within its repeat where the other plans ran 0.92-1.21x). On this CPU a recompute cost 1.3-1.5x
 the forward on ResNet-50's bottlenecks and 0.5-0.8x as the last unit of a WRN-28-10
-segment (FACTS.md): costing every recompute at its forward predicted ResNet-50's
+segment (docs/machine.md): costing every recompute at its forward predicted ResNet-50's
 recomputing runtime plans 7-35% fast and WRN-28-10's up to 25% slow.
 """
 

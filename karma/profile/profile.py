@@ -1,6 +1,6 @@
 """Profile: the per-unit costs of one ChainModel at one batch size.
 
-Two sources fill the same type (DESIGN.md): `analytic` (built on the meta
+Two sources fill the same type (docs/design.md): `analytic` (built on the meta
 device, FLOPs and bytes counted, times from a Hardware's rates) and
 `measured` (timed on the local device). The planner and the simulator read
 only this type, so they never care where the numbers came from; every
@@ -28,7 +28,7 @@ VERSION = 3
 #: bytes of optimizer state per byte of weights (SGD with momentum: the momentum
 #: buffer; Adam: first and second moments, Kingma & Ba 2015).
 OPTIMIZER_STATE_FACTOR = {"sgd": 1, "adam": 2}
-#: the precisions a profile may be made in (DESIGN.md, Precision)
+#: the precisions a profile may be made in (docs/design.md, Precision)
 DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -68,7 +68,7 @@ class UnitProfile:
     unit saves (`recompute_inner_extra_time`). Both are 0 in an analytic profile (a recompute is
     the forward again, as the paper's model has it) and measured in a measured one
     (karma/profile/measured.py): on this CPU a recompute cost 1.3-1.5x the forward on ResNet-50's
-    bottlenecks and 0.5-0.8x as the last unit of a WRN-28-10 segment (FACTS.md).
+    bottlenecks and 0.5-0.8x as the last unit of a WRN-28-10 segment (docs/machine.md).
     `recompute_time(last)` is what a recompute is costed at; neither is below 0.
 
     `input_grad_last`: the backward makes its weight gradients first and its input gradient last
@@ -190,7 +190,7 @@ class Profile:
 
     @property
     def label(self) -> str:
-        """Where the numbers come from, for every table row (DESIGN.md)."""
+        """Where the numbers come from, for every table row (docs/design.md)."""
         if self.source == "analytic":
             return f"simulated: analytic profile on {self.device}"
         return f"measured on {self.device}"

@@ -2,7 +2,7 @@
 
 Shared by both profile sources: on the meta device it counts (no memory is
 allocated, so a 17B-parameter layer is free to trace); on a real device the
-same counts hold (FACTS.md: meta numbers equal a real CPU run exactly) and
+same counts hold (docs/machine.md: meta numbers equal a real CPU run exactly) and
 the caller times the passes.
 
 * FLOPs: torch.utils.flop_counter's formulas (2 FLOPs per multiply-add),
@@ -22,7 +22,7 @@ the caller times the passes.
 * GEMM shape: the narrowest of a GEMM's or convolution's (m, n, k), for the
   roofline's tensor-core efficiency (karma/profile/analytic.py).
 * Saved bytes: a saved_tensors_hooks pack hook, each storage counted once,
-  parameters skipped (FACTS.md: otherwise ResNet is overcounted 1.5x).
+  parameters skipped (docs/machine.md: otherwise ResNet is overcounted 1.5x).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The paper's claims (../shared/PAPER.md, from the abstract) side by side with this run's numbers.
+"""The paper's claims (docs/paper.md, from the abstract) side by side with this run's numbers.
 
 Each row: the claim, what the paper says, what we get, whether our number is simulated
 or measured (and where), and a verdict on the *shape* of the claim -- the paper's

@@ -6,7 +6,7 @@ each (metric, kind, value, min, max, target, note):
 * ``simulated``: deterministic (analytic profiles, seeded planner); must match the reference
   within 1%.
 * ``measured``: ratios timed on this machine from repeated, interleaved runs (value = median,
-  min and max over the repeats; FACTS.md: single runs move 10-20%, a busy machine more). Where
+  min and max over the repeats; docs/machine.md: single runs move 10-20%, a busy machine more). Where
   both runs carry the model's prediction of the ratio (column predicted, from the profile
   measured in that run, at the processor's speed in its repeats: karma/runtime/drift.py), the
   ratio is compared as measured / predicted: a KARMA speedup over
@@ -24,7 +24,7 @@ each (metric, kind, value, min, max, target, note):
   nothing: the same two runs moved ResNet-50's over Capuchin from 1.20 [1.09, 1.26] to 0.99
   [0.96, 1.15]), where the model predicts a clear
   difference (column predicted at least a factor 1 + MEASURED_NOISE from 1, either way: a predicted
-  tie, such as 1.02, crosses 1 on noise alone; FACTS.md puts this machine's noise on small ratios
+  tie, such as 1.02, crosses 1 on noise alone; docs/machine.md puts this machine's noise on small ratios
   at 10-25%, and the step accuracy the model is held to, STEP_TIME_TARGET on each of the ratio's two
   steps, allows more: CI, 2026-12-01, measured KARMA over SuperNeurons on WRN-28-10 at 0.87
   [0.84, 0.95] where the model predicted 1.10, with both steps within their target). A
@@ -64,14 +64,14 @@ import pandas as pd
 from karma.core.errors import KarmaError
 
 SIMULATED_TOLERANCE = 0.01
-#: the lower end of this machine's run-to-run noise on small measured ratios (FACTS.md: 10-25%)
+#: the lower end of this machine's run-to-run noise on small measured ratios (docs/machine.md: 10-25%)
 MEASURED_FLOOR = 0.10
-#: A predicted ratio within a factor 1 + this of 1 is a tie as far as a measured sign can tell (FACTS.md: the upper
-#: end of the 10-25% noise on small measured ratios; the module docstring has the CI run that showed it)
+#: A predicted ratio within a factor 1 + this of 1 is a tie as far as a measured sign can tell
+#: (docs/machine.md: the upper end of the 10-25% noise on small measured ratios)
 MEASURED_NOISE = 0.25
 STEP_TIME_TARGET = 0.15  # |measured / predicted - 1| of a runtime step within its repeat (measured_vs_predicted)
 #: of a repeat's scale, the median of measured / predicted over its strategies: the drift of this shared machine
-#: between the profile and the repeat (FACTS.md: 10-25%) and any error the model makes on every plan alike
+#: between the profile and the repeat (docs/machine.md: 10-25%) and any error the model makes on every plan alike
 STEP_SCALE_TARGET = 0.30
 PEAK_TARGET = 0.05  # of a runtime peak above its prediction (the runtime must not outgrow the model)
 #: of a runtime peak below its prediction: where copies race the compute (swaps, host optimizers) the peak

@@ -1,6 +1,6 @@
 """Tables the pipeline writes, built from profiles (pandas DataFrames).
 
-Every row names its source (DESIGN.md, "Measured versus simulated"): analytic
+Every row names its source (docs/design.md, "Measured versus simulated"): analytic
 rows are *simulated* on a Hardware preset, measured rows were *measured* on a
 named device.
 """

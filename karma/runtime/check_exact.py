@@ -4,7 +4,7 @@ Two copies of the model are built from the same seed: one trains in plain PyTorc
 module's forward, the loss, backward, the optimizer step), the other as its chain under the plan
 on the emulated device (karma.runtime.execute.train_step, optimizer on the host where the plan
 says so). Step s of both runs on the batch of seed s with the RNG seeded alike (dropout). Then
-every weight and buffer of the two originals is compared: bitwise in fp32 (DESIGN.md allows a
+every weight and buffer of the two originals is compared: bitwise in fp32 (docs/design.md allows a
 float tolerance for recompute; the runtime restores the RNG and BatchNorm statistics, so it is
 bitwise here too), to the precision tests' tolerance in mixed precision.
 """

@@ -2,7 +2,7 @@
 
 A runtime table's plans are planned and predicted on a profile measured once, before the runs.
 On this shared machine the processor's speed then drifts 10-25% by the time a repeat runs
-(FACTS.md), and it drifts only what the processor does: the units' compute and the optimizer
+(docs/machine.md), and it drifts only what the processor does: the units' compute and the optimizer
 steps (device and host). The emulated link does not (a copy ends at a deadline set by the link's
 bandwidth, karma/runtime/link.py), nor does a real one. So drift moves a plan bound by compute
 (recompute, keep) and one bound by the link (vDNN's swaps) apart: one pipeline run (2026-12-05,
@@ -28,8 +28,8 @@ from karma.plan.plan import Plan
 from karma.profile.profile import Profile
 from karma.sim.simulate import simulate
 
-#: The speed factors searched: a repeat 1.6 times slower or faster than its profile is not drift (FACTS.md: 10-25%;
-#: a busy machine, 3-4x oversubscribed, moved Megatron-1.2B's steps 36-59%).
+#: The speed factors searched: a repeat 1.6 times slower or faster than its profile is not drift
+#: (docs/machine.md: 10-25%; a busy, oversubscribed machine moves steps by half).
 SLOWEST, FASTEST = 1.6, 1 / 1.6
 #: Bisection steps on the factor (its log): 2^-30 of the range, far below the measurements' spread.
 STEPS = 30

@@ -1,6 +1,6 @@
 """The emulated device's Hardware and the check of the performance model against the runtime.
 
-DESIGN.md, "Measured versus simulated": the CPU computes two orders of magnitude
+docs/design.md, "Measured versus simulated": the CPU computes two orders of magnitude
 slower than a V100, so the emulated link is slowed by the same factor to keep
 the paper's regime: link = PCIe bandwidth of the reference x (this CPU's achieved
 FLOP rate / the reference's sustained rate), from a measured profile.
@@ -183,7 +183,7 @@ def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int,
     per repeat, every planned strategy's expected time at that repeat's speed.
 
     The profile is measured once, before the runs; on this shared machine the processor's speed drifts
-    10-25% between then and a repeat (FACTS.md), which moves the plans bound by compute, not those bound
+    10-25% between then and a repeat (docs/machine.md), which moves the plans bound by compute, not those bound
     by the link (karma/runtime/drift.py). Per repeat, over the strategies that ran every repeat:
     `repeat_scale` is the median of measured / predicted (the drift, and any error common to every plan),
     `processor_speed` the compute speed factor at which that median is 1 (fit_speed), and

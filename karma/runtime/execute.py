@@ -77,7 +77,6 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-@contextlib.contextmanager
 def pools_by_stream(segments: list[dict]) -> str:
     """Reserved and allocated bytes of the caching allocator per stream, from
     `torch.cuda.memory_snapshot()` segments: a block belongs to the pool of the stream it was
@@ -93,6 +92,7 @@ def pools_by_stream(segments: list[dict]) -> str:
                      for stream, (r, a) in sorted(pools.items())) or "no segments"
 
 
+@contextlib.contextmanager
 def _named_cuda_oom(tracker):
     """On CUDA the capped caching allocator is the device's capacity: its OOM names the block too."""
     try:

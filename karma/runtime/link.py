@@ -2,10 +2,10 @@
 
 A real copy into a new buffer is made (so the data really moves and the result
 is exact), then the worker waits until the absolute deadline start + latency +
-bytes / bandwidth (FACTS.md: per-chunk sleeps overshoot; a deadline does not
+bytes / bandwidth (docs/machine.md: per-chunk sleeps overshoot; a deadline does not
 drift). Each direction is an in-order queue like a CUDA copy stream; a half
 duplex link shares one queue. Workers use one torch thread, leaving the other
-core to compute (FACTS.md).
+core to compute (docs/machine.md).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the device's memory bandwidth (the device optimizer step) and the host optimizer
 (streamed weights and host updates, KARMA Sec. V). Each is measured the way the runtime uses it:
 
 * link: pinned copies on CUDA, each direction apart (an H200's d2h is not its h2d); on the CPU
-  the emulated link, whose bandwidth is set, not measured (DESIGN.md, Measured versus simulated);
+  the emulated link, whose bandwidth is set, not measured (docs/design.md, Measured versus simulated);
 * host update: the chain's own optimizer (karma/runtime/optim.py) stepping a block of weights on
   a host thread with as many intra-op threads as HostWeights gets (one on the emulated device,
   the cores a GPU's host can spare on CUDA); bytes touched per second (simulate.optimizer_traffic_bytes:

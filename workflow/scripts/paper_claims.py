@@ -14,7 +14,7 @@ with logged(sm):
     table = claims(Path(sm.input.speedups).parent)
     table.to_csv(sm.output.csv, index=False)
     text = markdown_report("The paper's claims and ours", [
-        "Claims from the abstract of Wahib et al. SC'20 (../shared/PAPER.md); its per-model numbers are not",
+        "Claims from the abstract of Wahib et al. SC'20 (docs/paper.md); its per-model numbers are not",
         "available, so the verdict is on the shape of each claim. Every number names its source.",
     ], table)
     Path(sm.output.md).write_text(text)

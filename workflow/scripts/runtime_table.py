@@ -33,7 +33,7 @@ with logged(sm):
         f"{STEP_TIME_TARGET}); the repeats' scale, the median of measured / predicted at the profile's speed "
         f"(columns repeat_scale), per model: "
         + ", ".join(f"{model} {scale:.3f}" for model, scale in scales.items())
-        + f" (target {STEP_SCALE_TARGET}: this machine drifts 10-25% between the profile and a run, FACTS.md); "
+        + f" (target {STEP_SCALE_TARGET}: this machine drifts 10-25% between the profile and a run, docs/machine.md); "
         f"absolute, reported: {worst:.3f}. Of the peak: "
         f"{peak_worst:.3f} (target: {PEAK_TARGET} above, {PEAK_BELOW_TARGET} below, where copies ending early lower "
         "it). All but the absolute step enforced by `karma compare --strict` (karma/report/regress.py).",

@@ -20,7 +20,7 @@ with logged(sm):
     from karma.runtime.rates import cpu_rates
     from models import build
 
-    torch.set_num_threads(1)  # compute on one core, the link's workers on the other (FACTS.md)
+    torch.set_num_threads(1)  # compute on one core, the link's workers on the other (docs/machine.md)
     model, batch, below = sm.wildcards.model, sm.params.batch, sm.params.below
     blocks = measured_profile(build(model, "small", batch), reps=3)
     floor = blocks.unit_floor_bytes()

@@ -18,7 +18,7 @@ with logged(sm):
     from karma.runtime.rates import cpu_rates, cuda_rates
     from models import build
 
-    torch.set_num_threads(1)  # compute on one core, the link's workers on the other (FACTS.md)
+    torch.set_num_threads(1)  # compute on one core, the link's workers on the other (docs/machine.md)
     model, batch = sm.wildcards.model, sm.params.batch or None
     device = sm.params.device
     if device == "auto":
