@@ -1,2 +1,2 @@
 """Memory strategies other than KARMA's, one file each, behind the same
-interface as KARMA's planner (issue: the planner and the baselines)."""
+interface as KARMA's planner (docs/baselines.md)."""

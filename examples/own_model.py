@@ -1,4 +1,4 @@
-"""Your own model for KARMA (README "Your own model"): `karma profile examples.own_model:mlp`.
+"""Your own model for KARMA (docs/models.md "Your own model"): `karma profile examples.own_model:mlp`.
 
 The contract of a `package.module:function` spec (models/specs.py): the function takes the
 `--set key=value` overrides as keyword arguments and returns `(module, make_batch, loss)` or

@@ -30,7 +30,7 @@ class ModelSpec:
 
     `sizes` maps a preset name to the keyword arguments of `build`; `batch`
     maps it to the default batch size (for `paper`, the batch chosen so that
-    the in-core footprint needs 2x-4x a 16 GB V100, see README).
+    the in-core footprint needs 2x-4x a 16 GB V100, see docs/models.md).
     `published_params` is the parameter count the literature gives for the
     `paper` preset, with its source in `source`.
     """

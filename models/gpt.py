@@ -8,7 +8,7 @@ materialises the s x s scores, so they count in the activation memory),
 4h GELU MLP, dropout 0.1 after attention probabilities, attention output and
 MLP output. It is written here rather than imported from transformers because
 Megatron's tensor parallelism (baselines/) splits exactly these projections;
-tests/test_gpt_equivalence.py checks it against transformers' GPT2Block.
+tests/models/test_gpt_equivalence.py checks it against transformers' GPT2Block.
 
 Parameters per layer 12h^2 + 13h; embeddings V*h + S*h, the output projection
 tied to the token embedding, as Megatron-LM.
@@ -133,8 +133,8 @@ def units(model: GPT) -> list[tuple[str, nn.Module]]:
 
 
 def layer_units(model: GPT) -> list[tuple[str, nn.Module]]:
-    """Each transformer layer as its attention and MLP halves (issue 16): the residual stream between
-    them is one tensor, so the halves need no multi-tensor boundary."""
+    """Each transformer layer as its attention and MLP halves (docs/profiles.md, *Granularity*): the
+    residual stream between them is one tensor, so the halves need no multi-tensor boundary."""
     chain: list[tuple[str, nn.Module]] = [("embedding", model.embedding)]
     for i, layer in enumerate(model.layers):
         chain += [(f"layer{i}_attention", AttentionHalf(layer)), (f"layer{i}_mlp", MlpHalf(layer))]

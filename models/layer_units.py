@@ -2,13 +2,13 @@
 
 At block granularity a residual block is one unit, so during its backward all of its saved
 tensors are on the device at once; at ResNet-50 batch 1440 one bottleneck block alone holds
-more than 16 GB (issue 16). Layer-level methods (vDNN, Rhu et al. MICRO'16; SuperNeurons,
+more than 16 GB (docs/profiles.md, *Granularity*). Layer-level methods (vDNN, Rhu et al. MICRO'16; SuperNeurons,
 Wang et al. PPoPP'18; KARMA's own layers, Wahib et al. SC'20 Sec. III) cut at every layer
 instead. Inside a residual block the skip connection is alive beside the running activation,
 so a boundary there is a tuple ``(h, skip)`` (models/boundary.py): the layers of the main
 path map ``(h, skip) -> (f(h), skip)``, the projection shortcut maps ``(h, skip) -> (h, g(skip))``
 and the join adds them. Every unit holds the original block's own modules, so training the
-layer chain trains the original model (tests/test_layer_units.py).
+layer chain trains the original model (tests/models/test_layer_units.py).
 
 A ReLU is its own unit and out of place: an in-place ReLU would overwrite its input, which
 may be a recomputed block's checkpoint. A "layer" is one module, as in vDNN: merging a

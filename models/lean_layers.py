@@ -6,12 +6,12 @@ output's gradient and the new input gradient are alive together. Inside a residu
 skip's gradient is alive too, buffered until the main path's gradient reaches the block input:
 at ResNet-50 batch 1440, `layer2_0_conv1`'s backward holds its saved input, the skip's
 gradient and the new input gradient (4.6 GB each) and its output's gradient (2.3 GB), 16.19 GB,
-more than a 16 GB V100 (issue 16). The input gradient needs only the weights and the output's
+more than a 16 GB V100 (docs/profiles.md, *Granularity*). The input gradient needs only the weights and the output's
 gradient (the transposed convolution, Dumoulin & Visin 2016, Sec. 4), so computing the weight
 gradient first lets a saved input that nothing else holds (a swapped block's prefetched copy,
 a recomputed tensor) be freed before the input gradient is allocated. Same kernels
 (`aten.convolution_backward`, one output mask each), so the same numbers as the fused call
-(tests/test_lean_layers.py).
+(tests/models/test_lean_layers.py).
 
 A convolution's input is usually a ReLU's output, which PyTorch's ReLU saves for its own
 backward: the ReLU, whose backward runs later, would still hold it. Its backward needs only

@@ -98,9 +98,9 @@ def block_of_layers(blocks: list[tuple[str, nn.Module]], layers: list[tuple[str,
 
 def mixed_units(s: ModelSpec, split: frozenset[str]):
     """The spec's block units with those named in `split` cut into their layer units: a chain coarse
-    where a block fits and fine where it does not (issue 16, `karma profile --granularity auto`). Both
+    where a block fits and fine where it does not (`karma profile --granularity auto`, docs/profiles.md). Both
     splitters wrap the same modules, and a boundary between blocks is one tensor, so the chain computes
-    the original model (tests/test_granularity.py)."""
+    the original model (tests/profile/test_granularity.py)."""
     layer_units = units_of(s, "layer")
 
     def units(original: nn.Module) -> list[tuple[str, nn.Module]]:

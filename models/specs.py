@@ -7,7 +7,7 @@
   decoder-only models with a causal-LM loss (next token), encoder-only ones with a masked-LM
   loss (15% of positions), or a sequence-classification loss where there is no LM head; Adam.
   Encoder-decoder models are refused: their decoder reads the encoder's output in every layer;
-* ``package.module:function`` - the user's code (the contract, README "Your own model"):
+* ``package.module:function`` - the user's code (the contract, docs/models.md "Your own model"):
   ``function(**set)`` returns ``(module, make_batch, loss)`` or ``(module, make_batch, loss,
   optimizer)``, where ``make_batch(batch, device, seed) -> (inputs, targets)`` (on the meta
   device only shapes: ``torch.empty``), ``loss(outputs, targets)`` is a scalar, the module
@@ -262,7 +262,7 @@ def _user(spec: str, options: dict, device, seed: int) -> Source:
     value = got["value"]
     if not (isinstance(value, tuple) and len(value) in (3, 4) and isinstance(value[0], nn.Module)
             and callable(value[1]) and callable(value[2])):
-        raise KarmaError(f"{spec} must return (module, make_batch, loss[, optimizer]) (README: Your own model)")
+        raise KarmaError(f"{spec} must return (module, make_batch, loss[, optimizer]) (docs/models.md: Your own model)")
     optimizer = value[3] if len(value) == 4 else "sgd"
     if optimizer not in ("sgd", "adam"):
         raise KarmaError(f"{spec}: optimizer must be 'sgd' or 'adam', got {optimizer!r}")

@@ -24,7 +24,7 @@ positive_float = positive(float, "number")
 
 
 PRECISIONS = ["fp32", "fp16", "bf16"]
-#: models.chain.GRANULARITIES, without importing torch to parse a command line (tests/test_cli.py checks they agree)
+#: models.chain.GRANULARITIES, without importing torch to parse a command line (tests/cli/test_cli.py checks they agree)
 GRANULARITIES = ["block", "layer"]
 PRECISION_HELP = ("fp32, or mixed precision fp16 / bf16 (16-bit compute and activations, fp32 master weights "
                   "and optimizer state, loss scaling for fp16)")

@@ -91,9 +91,8 @@ def accumulates_gradients(func, args, kwargs) -> bool:
     the last reference to one of them (torch/csrc/autograd/input_buffer.cpp); under any Python
     dispatch mode it cannot (the mode makes every tensor "subclass-like", ATen's
     TensorSubclassLikeUtils.h) and makes a new tensor, so a mode that follows memory would see one
-    gradient more than the run it follows (measured on this CPU, serial copies: a plan of the small
-    ResNet-50 layer chain at batch 64 peaked 87.7 MB on the emulated device against 86.7 MB
-    predicted and ran out of its 87.1 MB; 86.6 MB counted this way, tests/test_layer_units.py).
+    gradient more than the run it follows (enough to run a plan of the small ResNet-50 layer chain
+    at batch 64 out of the capacity it was planned to fit; tests/models/test_layer_units.py).
     The modes here count the sum from the next operator on (StorageLifetimes `defer`): by then the
     summand autograd let go of has died, as if summed in place, and one still held elsewhere has
     not, as PyTorch's out-of-place sum."""

@@ -41,7 +41,7 @@ from karma.profile.analytic import analytic_profile
 from karma.strategies import run_strategy
 from models.registry import build
 
-TOLERANCE = 0.15  # |ours / published - 1| allowed (issue 13)
+TOLERANCE = 0.15  # |ours / published - 1| allowed (docs/profiles.md, *The cost model against published numbers*)
 
 MEGATRON = "Shoeybi et al. 2019, Megatron-LM (arXiv:1909.08053)"
 RN50 = ("NVIDIA DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1.5/README.md, "

@@ -1,5 +1,5 @@
 """How far the default planner is from a long search and from the lower bound, and how long it plans
-(issue 12).
+(docs/planner.md, *How good it is*).
 
 Per model: the simulated time of the default plan (`karma.planner.planner.plan`) for each seed, its planning
 time (CPU seconds of this process, which other work on the machine disturbs less than wall-clock
@@ -34,7 +34,7 @@ from karma.sim.simulate import simulate
 from models import build
 from models.registry import PAPER_SIX
 
-#: The issue's targets: percent over the long search, plan / bound.
+#: The targets: percent over the long search, plan / bound.
 GAP_TARGET = 0.5
 BOUND_TARGET = 1.05
 

@@ -1,4 +1,4 @@
-"""One batch past what a block allows, at every unit granularity (issue 16): KARMA's plan of the
+"""One batch past what a block allows, at every unit granularity (docs/reach.md): KARMA's plan of the
 same model and batch with block units, layer units and `--granularity auto` (karma/profile/granularity.py),
 its simulated time and throughput over in-core training's at its largest batch. The case of the
 config is Hayakawa & Narihira's (arXiv:2010.14109): ResNet-50 at batch 1440 on a 16 GB V100, which

@@ -22,8 +22,8 @@ from karma.strategies import Outcome, run_strategy
 #: Wahib et al. SC'20, abstract: average speedup over state-of-the-art out-of-core methods.
 PAPER_SPEEDUP = 1.52
 #: The longest chain `compare` runs the long search for when KARMA's plan is over BOUND_TARGET of the
-#: bound (ten times the planning: ResNet-1001's 335 units 47 CPU s; a 3339-unit layer chain would take
-#: minutes, and its table says to run karma.experiments.planner_gap instead).
+#: bound (ten times the planning: under a minute for ResNet-1001's 335 units; a 3339-unit layer chain would
+#: take far longer, and its table says to run karma.experiments.planner_gap instead).
 LONG_SEARCH_UNITS = 400
 
 
@@ -81,7 +81,7 @@ def geomean(values) -> float | None:
 
 
 #: Baselines left out of the "every baseline" mean: vDNN's offload-everything policies are 2-9x
-#: slower than the rest on every model and would inflate it (issue 12). They stay in the tables.
+#: slower than the rest on every model and would inflate it. They stay in the tables.
 EXCLUDED_FROM_MEAN = ("vdnn", "vdnn-all", "vdnn-conv")
 
 

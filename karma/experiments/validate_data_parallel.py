@@ -13,12 +13,12 @@ takes every core of this machine. A real shared-memory all-reduce, or a real hos
 step, overlapped with the backward (the pipelined order) only takes the core from the rank's
 compute, where on a GPU cluster they run on the NIC and on the host's own cores; and a blocking
 MPI wait busy-polls a core (docs/machine.md, "MPI"). Measured that way on 2 cores, the pipelined order
-was 8-11% *slower* than the naive one while the model predicted 4-9% faster: the run measured
+comes out *slower* than the naive one where the model predicts it faster: the run measures
 contention, not pipelining. So, as the host link is (karma/runtime/link.py), the network and
 the host optimizer are emulated at the reference machine's ratios to its link (one GPU's share
 of a node's network and host: `emulated_rates`): the work is done for real, then it waits out
 its time (karma.parallel.data_parallel.Paced), and waits poll instead of spinning. `--real-network` runs
-the old measurement.
+them for real.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ def abort(comm, err: BaseException) -> int:
     detail = str(err) if isinstance(err, KarmaError) else traceback.format_exc(limit=1).strip().splitlines()[-1]
     print(f"rank {comm.rank}: error: {detail}", file=sys.stderr, flush=True)
     # mpiexec forwards a rank's stderr asynchronously and an abort can tear the forwarder
-    # down first (a fresh-clone CI run lost the line once): give it a moment.
+    # down first, losing the line: give it a moment.
     time.sleep(0.5)
     comm.Abort(1)
     return 1

@@ -23,7 +23,7 @@ prefetches (activations, checkpoints, streamed weights) are issued. Depth 0 is
 on demand: a block's copies back are issued when its own backward is due and it
 waits for them (streamed weights go up just before each forward too), so no
 block's copy back ever shares the device with another block's backward: the
-reach of a chain whose single layers nearly fill the device (issue 16).
+reach of a chain whose single layers nearly fill the device (docs/reach.md).
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ class Plan:
 def unchecked(**values) -> Plan:
     """A Plan built without `validate`: for plans the planner makes from states of its own space
     (karma/plan/space.py `to_plan`), which tile the units by construction; validating each of the
-    tens of thousands it simulates was 7% of planning time."""
+    tens of thousands it simulates would cost several percent of planning time."""
     plan = object.__new__(Plan)
     for f in fields(Plan):
         if f.name in values:

@@ -5,7 +5,8 @@ per block, swap or recompute so that transfers hide behind compute, with
 the performance model as the judge. We search that plan space directly
 (karma/plan/space.py: any tiling into blocks, keep / swap / recompute with
 the checkpoint on the device or the host, prefetch depth, and the three
-weight layouts), coarse to fine:
+weight layouts), coarse to fine (docs/planner.md; what each step gained:
+docs/measurements/README.md):
 
 1. Coarsen: the chain is cut into at most `groups` runs of about equal
    compute (karma/plan/coarsen.py); a short chain is searched unit by unit. A
@@ -19,33 +20,27 @@ weight layouts), coarse to fine:
    (`plan_space.seeds`) under every weight layout, descend from the best
    few (karma/planner/search.py: steepest descent with repair moves), then
    `WALKS` walks of simulated annealing from the best, each its own seed and
-   its share of the `budget` plans simulated (a walk crosses the ridges between
-   plan families, e.g. another prefetch depth that makes other blocks fit, which
-   kicked descents rarely did: Megatron-1.2B 1.89-1.91 s with iterated local
-   search, 1.87-1.89 s). Several shorter walks beat one long one: a long walk
-   settles in one family (WRN-28-10 at depth 4, 4.391 s, for seeds 0 and 1),
-   of three walks one often finds another (depth 2, 4.327 s: seeds 0 and 1 of
-   0-2; simulated on v100-abci, `python -m karma.experiments.planner_gap`, 2026-12-02). On a
+   its share of the `budget` plans simulated. A walk crosses the ridges between
+   plan families (e.g. another prefetch depth that makes other blocks fit), which
+   kicked descents rarely do. Several shorter walks beat one long one: a long walk
+   settles in one family, and of several walks one often finds another. On a
    short chain searched unit by unit each walk keeps to one prefetch depth
-   (`walk_depths`), so that the depth-2 family is always searched (WRN-28-10:
-   11 of seeds 0-11, 2026-12-04).
+   (`walk_depths`), so that each walk searches a depth family of its own.
 3. Refine: halve the groups (the coarse cuts stay cuts), descend again with
    moves bounded to the neighbourhood of the block edges, until one group is
    one unit. The merged chain's memory is conservative at block units, so
    the fine levels also win back what coarsening cost; at layer units it
-   can count less than the finer chain (ResNet-50 b656: 0.9 GB, not yet
-   found why), so a refined plan over the capacity is repaired to its
-   fastest neighbour that fits (`Search.descend`).
+   can count less than the finer chain, so a refined plan over the capacity
+   is repaired to its fastest neighbour that fits (`Search.descend`).
 4. On a chain of more units than groups but at most `UNIT_WALK_UNITS`, walk
    unit by unit (`unit_walks`): annealing walks over the whole unit-level
    neighbourhood from the refined plan, where the coarse groups are too
    coarse for the plan's structure (Megatron-1.2B: swaps, kept runs and
    recompute placed layer by layer, two layers a group). Then path relinking
    between the plans the walks end in (karma/planner/relink.py): their ends lie
-   0.2-2.7% apart on Megatron-1.2B, and plans on the paths between them are
-   often faster than both (seeds 0-5: +0.97% at most over a long search before,
-   +0.40% with it). A walked plan that fits is final (steps 5 and 6 found
-   nothing faster after the walks).
+   a few percent apart, and plans on the paths between them are often faster
+   than both. A walked plan that fits is final (steps 5 and 6 find nothing
+   faster after the walks).
 5. Polish at one group per unit (karma/planner/polish.py): the exact recompute-only plans of least
    recompute time (karma/planner/recompute_dp.py, a dynamic program over the chain,
    under the resident and the streamed layouts' memory) are simulated and
@@ -56,7 +51,7 @@ weight layouts), coarse to fine:
    The most frugal state of the space (`frugal_state`: every unit its own swap block,
    copies back on demand, weights streamed) is a seed too: at the reach the merged
    chain fits nowhere, and the descent from an infeasible state need not find the
-   few plans that fit (ResNet-50 at batch 1440, layer units: 15.03 GB of 16).
+   few plans that fit.
 6. Grow swaps (karma/planner/retile.py `grow_swaps`): swap the head of the two longest
    kept runs of the polished plan (the earlier run first), one unit, then two,
    four... and bisect between the last faster and the first not, then single
@@ -64,8 +59,7 @@ weight layouts), coarse to fine:
    16, 32 or 48 units: the prefetch depth counts blocks, so these cuts set when
    the copies back start), kept while faster. A swap that frees memory for kept
    units pays only once the recompute segments around it move too, which the
-   descents' one-edge moves do not reach (ResNet-1001: 0.76388 -> 0.75825 ->
-   0.75586 s, simulated on v100-abci, 2026-12-05).
+   descents' one-edge moves do not reach.
 
 The budgets count simulated units, not plans, so that a step costs the same
 time at every level. Every plan comes from this search; no other strategy's
@@ -89,8 +83,8 @@ from karma.planner.search import INFEASIBLE, Search
 from karma.profile.profile import Profile
 from karma.sim.simulate import simulate
 
-#: Units simulated by the coarse search and by each refinement level (7-23 us each on this machine, 2026-12-01:
-#: ResNet-200 to WRN-28-10 plans; the planning time of karma.experiments.planner_gap follows them).
+#: Units simulated by the coarse search and by each refinement level (the planning time that
+#: karma.experiments.planner_gap reports follows them).
 COARSE_WORK = 300_000
 FINE_WORK = 50_000
 #: Units simulated by the descents from the exact recompute-only seeds.
@@ -100,22 +94,20 @@ COARSE_PLANS = 20_000
 #: The coarse search's annealing walks, sharing its budget.
 WALKS = 3
 #: A chain of at most this many units, searched unit by unit, walks at one prefetch depth per walk
-#: (`walk_depths`): its budget per unit is large. Megatron-1.2B searched unit by unit (42 units) did worse
-#: so, 1.807-1.861 s over seeds 0-5 against 1.792-1.830 with free walks (simulated on v100-abci, 2026-12-04).
+#: (`walk_depths`): its budget per unit is large. A longer chain searched unit by unit (Megatron-1.2B's 42
+#: units) finds slower plans that way than with free walks (docs/measurements/README.md).
 DEPTH_WALK_UNITS = 24
 #: Where no plan of the coarse chain fits, the search runs again from these multiples of the groups
-#: (4x as well found no faster plan on ResNet-50 b1440, auto units, and cost 17 CPU s more).
+#: (4x as well finds no faster plan on the reach case, ResNet-50 b1440 at auto units, and costs far more time).
 REACH_GROUPS = (2,)
 #: A chain of more units than coarse groups but at most this many (Megatron-1.2B's 42; not ResNet-200's 68,
 #: whose coarse search its walks would starve) ends its search in `UNIT_WALKS` annealing walks unit by unit,
 #: from the refined plan, each from the best found so far, sharing `UNIT_WALK_WORK` units simulated; its
 #: coarse search gets `UNIT_WALK_COARSE` of its budget. A coarse group of Megatron-1.2B is two identical
-#: layers, and its best plans place swaps, kept runs and recompute layer by layer: refined from the coarse
-#: search alone, 1.797-1.848 s over seeds 0-5; with the walks 1.791-1.811, relinked 1.786-1.799 (simulated on v100-abci,
-#: `python -m karma.experiments.planner_gap`, 2026-12-05; docs/measurements/README.md). ResNet-200's seeds with the
-#: walks and a fifth of the coarse budget: 1.373-1.398 s, against 1.364-1.376 without. ResNet-50 at batch
-#: 1440, auto units (61), beyond the reach of merged groups: 15.86 s, was 17.32, and 15.80 with the walks'
-#: ends relinked (simulated on v100-abci: the reach case's table, results/tables/reach_granularity.csv).
+#: layers, and its best plans place swaps, kept runs and recompute layer by layer, which the coarse search
+#: alone cannot; the walks, and relinking their ends, find faster plans there and on the reach case
+#: (ResNet-50 at batch 1440, auto units: 61; `python -m karma.experiments.planner_gap`,
+#: docs/measurements/README.md).
 UNIT_WALK_UNITS = 64
 UNIT_WALKS = 3
 UNIT_WALK_WORK = 300_000
@@ -163,10 +155,9 @@ def walk_depths(search: Search, space: Space) -> list[int]:
     plan of it fits already (at the reach deep prefetches fit nowhere: the walks stay free there);
     shallowest first (walk k gets the annealing seed k, and so a reproducible plan per planner seed).
     A depth is a family of plans (it changes which blocks fit), and a walk free to change it settles
-    in the family it starts in: WRN-28-10 at depth 4, 4.391 s, for 3 of seeds 0-5, where walks at
-    depths 2, 3 and 4 find the depth-2 plan of 4.327 s for 11 of seeds 0-11 (simulated on v100-abci,
-    2026-12-04). A coarsened or longer chain keeps free walks (`DEPTH_WALK_UNITS`): walks at fixed depths
-    left ResNet-200 0.9% over a long search on one seed of six."""
+    in the family it starts in (WRN-28-10: often at depth 4, where walks at fixed depths find its faster
+    depth-2 plan; docs/measurements/README.md). A coarsened or longer chain keeps free walks
+    (`DEPTH_WALK_UNITS`): there walks at fixed depths find slower plans."""
     fitting = {s[1] for s, cost in search.cache.items() if cost < INFEASIBLE}
     others = sorted(d for d in space.depths if d and d != space.first_depth and d in fitting)
     return others[-WALKS:]
@@ -197,14 +188,13 @@ def plan(profile: Profile, hw: Hardware, capacity: float, space: Space | None = 
     Where no plan of the coarse chain fits (beyond the reach of merged groups: a group's backward alone
     exceeds the capacity), the search runs again from REACH_GROUPS times the groups and the fastest plan
     found wins: which coarse cut refines into the best plan there is not monotone in the groups (ResNet-50
-    at batch 1440, auto units, v100-abci: 21.96 s from 24 groups, 17.47 from 48, none faster from 61, on
-    2026-12-03; with the unit walks, 15.89 and 15.86 s, 2026-12-05)."""
+    at batch 1440, auto units, v100-abci; docs/measurements/README.md)."""
     space = space or Space()
     n = len(profile.units)
-    # a layer chain's coarse groups are whole residual blocks (up to twice `groups` of them): ResNet-50's 37
-    # at layer units (16 blocks, their last ReLUs, the stem's layers) plan batch 656 on v100-abci at 2.57 s,
-    # where 24 time-balanced groups cut inside blocks found 11.15 s (simulated, 2026-12-03); a block chain
-    # (every boundary one tensor) is cut as before, into `groups` time-balanced groups
+    # a layer chain's coarse groups are whole residual blocks (up to twice `groups` of them: ResNet-50's 37
+    # at layer units are its 16 blocks, their last ReLUs and the stem's layers), whose plans are far faster
+    # than those of time-balanced groups cut inside blocks; a block chain (every boundary one tensor) is cut
+    # into `groups` time-balanced groups
     clean = clean_cuts(profile)
     count = groups if len(clean) == n else max(groups, min(len(clean), 2 * groups))
     searched = [_search(profile, hw, capacity, space, block_groups(profile, count), work, seed)]
@@ -266,8 +256,8 @@ def _search(profile: Profile, hw: Hardware, capacity: float, space: Space, cuts:
     if walked:
         state = unit_walks(search, state, int(work * UNIT_WALK_WORK / n), seed, int(work * RELINK_WORK / n))
     # a walked plan that fits is final: the walks search the unit-level neighbourhood the polish descends
-    # in, and neither the polish (its exact seeds, the frugal state) nor the growth found anything faster
-    # (Megatron-1.2B seeds 0-5, the reach case at auto units: the same plans, about 0.7 CPU s less, 2026-12-05)
+    # in, and neither the polish (its exact seeds, the frugal state) nor the growth finds anything faster
+    # there (Megatron-1.2B, the reach case at auto units: the same plans in less time)
     if len(search.profile.units) == n and not (walked and search.cost(state) < INFEASIBLE):
         more = ([] if walked else retiled(search, coarse, coarse_cuts)) + [frugal_state(n, space)]
         state = polish(state, search, profile, capacity, space, budget=int(work * SEED_WORK / n), more=more)

@@ -26,24 +26,23 @@ POLISH_STARTS = 3
 #: repair and combined moves (a kind change together with another depth or layout), a few hundred
 #: simulations a step. Longer chains (the runtime's 8-unit Megatron small preset, every paper model) keep
 #: the budgeted first-improvement descent from the fastest starts. A 5-unit chain's optimum, a cheap unit
-#: recomputed so that depth 2 of the streamed layout fits, is two moves from the streamed seed and was
-#: missed by 1.8% (tests/test_planner.py, whose exhaustive checks go up to 5 units).
+#: recomputed so that depth 2 of the streamed layout fits, is two moves from the streamed seed, which the
+#: first-improvement descent misses (tests/planner/test_planner.py, whose exhaustive checks go up to 5 units).
 SHORT_CHAIN = 6
 #: Re-tiled swap sets per search, at most, and the bound on their n^2 dynamic-program cost.
 RETILE_STARTS = 5
 RETILE_WORK = 5 * 128**2
 #: On a chain too long for that bound, re-tiling considers recompute segments of at most `RETILE_SEGMENT`
-#: units (the program's cost grows with the chain times the longest segment; ResNet-1001's 335 units: about
-#: 0.1 s a program, where the unbounded one takes 0.5 s), from `RETILE_LONG_STARTS` sources per search. Its
+#: units (the program's cost grows with the chain times the longest segment: on ResNet-1001's 335 units the
+#: bounded program is several times faster), from `RETILE_LONG_STARTS` sources per search. ResNet-1001's
 #: long search's plan is of host-checkpoint segments of 3-9 units; the unbounded program, indifferent
-#: to the length of segments of equal recompute time, tiles them 77 units long, whose recompute the
-#: prefetches beside it push over the capacity (re-tiled around that plan's swap blocks: 0.78666 s unbounded,
-#: 0.75795 at 10 units; simulated on v100-abci, 2026-12-05).
+#: to the length of segments of equal recompute time, tiles them far longer, whose recompute the
+#: prefetches beside it push over the capacity, and its re-tiled plans are slower (docs/measurements/README.md).
 RETILE_SEGMENT = 10
 RETILE_LONG_STARTS = 2
 #: The exact recompute-only program runs over at most this many runs of units (its time grows with the
-#: square of the chain: 1.3 s at 512 units, over a minute at ResNet-1001's 3339 layer units, 2026-12-02);
-#: above every paper model's block chain (ResNet-1001: 335 units), so their plans are unchanged.
+#: square of the chain: about a second at 512 units, over a minute at ResNet-1001's 3339 layer units);
+#: above every paper model's block chain (ResNet-1001: 335 units), so those chains are never merged for it.
 EXACT_UNITS = 384
 
 
@@ -53,8 +52,8 @@ def exact_seeds(search: Search, profile: Profile, capacity: float, space: Space)
     than `EXACT_UNITS` units the program runs over that many runs of about equal compute (their merged
     memory is conservative, karma/plan/coarsen.py), its segments cut at run edges: exact for that chain, a
     seed for the descent on this one. A chain too long for re-tiling's n^2 bound but not coarsened
-    (ResNet-1001's 335 block units) bounds the segments as re-tiling does (`retile_limits`): about
-    0.2 s a program instead of 0.5, and the same plan (2026-12-05)."""
+    (ResNet-1001's 335 block units) bounds the segments as re-tiling does (`retile_limits`): a faster
+    program, and the same plan."""
     if not {"K", "R"} <= set(space.kinds):
         return []
     units, out = profile.units, []
@@ -104,7 +103,7 @@ def retiled(search: Search, coarse: Search, cuts: list[tuple[int, int]]) -> list
     sources = [refine_state(s, cuts, units) for s in swap_sets(coarse, starts)] + swap_sets(search, starts)
     chains: dict = {}
     # a long chain's program runs once per source, with host checkpoints where the space has them (its plans
-    # may checkpoint on the device too): ResNet-1001, the same plan, 0.3 CPU s less than also without them
+    # may checkpoint on the device too): on ResNet-1001 the same plan in less time than also without them
     return [new for state in dict.fromkeys(sources)
             for new in retile(search, state, chains, longest, device_checkpoints=longest is None)]
 

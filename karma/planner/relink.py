@@ -4,10 +4,10 @@ of scatter search and path relinking", Control and Cybernetics 29(3)).
 Each annealing walk ends in a local optimum of the unit-level neighbourhood; two of them usually share
 much (depth, layout, most units' kinds) and differ in a few places. A path from one to the other,
 adopting one difference at a time, the one whose plan the simulator finds fastest, crosses plans that
-neither walk visits: combinations of the parts each got right. Megatron-1.2B's walks end 0.2-2.7% apart,
-and a plan on the path between two of them is often faster than both (seed 5: walks ending at 1.81622 and
-1.81052 s, a plan between them, descended from, 1.7981; simulated on v100-abci, 2026-12-05), which the
-walks themselves, moving one block edge or kind at a time, did not reach.
+neither walk visits: combinations of the parts each got right. Megatron-1.2B's walks end a few percent
+apart, and a plan on the path between two of them, descended from, is often faster than both
+(docs/measurements/README.md): plans the walks themselves, moving one block edge or kind at a time, do
+not reach.
 
 A plan is relinked as a list of per-unit labels: its kind, and whether a block starts there (so that
 two kept units, or two recompute units, in one block or in two are different labels), with the prefetch

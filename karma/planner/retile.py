@@ -7,8 +7,8 @@ recompute-only problem the dynamic program solves exactly: the kept units and
 the recompute segments (checkpoint on the device or the host) of least
 recompute time under the memory left. The local search places swap blocks
 well but moves recompute segments one edge at a time; this re-tiling moves all
-of them at once (ResNet-200: 1.0-2.4% slower than a long search before, the
-re-tiled plan of the same swap blocks matches it).
+of them at once (on ResNet-200 the re-tiled plan of the search's swap blocks
+matches a long search's).
 
 The program's memory model is karma/sim/simulate.py's for resident weights
 without prefetched swaps, so each result is simulated and, while over
@@ -32,11 +32,10 @@ TRIES = 4
 GROW_RUNS = 2
 GROW_TRIES = 6
 GROW_SINGLES = 4
-#: Lengths the kept runs of a re-tiled plan are cut into too. ResNet-1001's long search's swap set
-#: re-tiled, its kept units one block each run: 0.90678 s, every 48 units: 0.75436 (its own plan); units
-#: 0, 1, 29, 58 and 114-120 swapped, at the source's cuts 0.78204, every 32 or 48 units 0.75676 (simulated
-#: on v100-abci, 2026-12-05). ResNet-1001's growth with lengths 8, 12, 16, ... 96 (about 1.5x apart) found
-#: the same plan; with 8, 16, 32, 64 another path (0.75825 s): the lengths are not tuned finer than that.
+#: Lengths the kept runs of a re-tiled plan are cut into too: on ResNet-1001 a re-tiled swap set with its
+#: kept runs cut every 32 or 48 units is far faster than with each run one block or cut at the source
+#: plan's cuts. A finer set of lengths (8, 12, 16, ... 96) finds the same plans, a coarser one (8, 16, 32,
+#: 64) a slower one: the lengths are not tuned finer than that (docs/measurements/README.md).
 KEPT_LENGTHS = (16, 32, 48)
 
 
@@ -135,8 +134,7 @@ def kept_runs(blocks: Blocks) -> list[tuple[int, int]]:
 def with_swap(blocks: Blocks, a: int, b: int) -> Blocks:
     """`blocks` with [a, b) one swap block, what the blocks it overlaps leave on either side as they
     were (`retile` keeps the swap blocks and re-tiles the rest, merging kept runs only at the blocks'
-    cuts: ResNet-1001's kept block of 101 units, its head swapped and the rest cut into one block a
-    unit, re-tiled 0.76445 s, the rest one block 0.76321; simulated on v100-abci, 2026-12-05)."""
+    cuts: a kept run left one block re-tiles into a faster plan than one cut into a block a unit)."""
     out = [(a, b, "S")]
     for x, y, k in blocks:
         if y <= a or x >= b:
@@ -162,9 +160,8 @@ def grow_swaps(search: Search, state: State, chains: dict[str, Chain], longest: 
       segments, then a quarter, three quarters...) swapped instead: where the link is idle, a copy
       that hides costs less than the recompute (KARMA's concurrency analysis, Sec. IV).
 
-    ResNet-1001 (v100-abci): its polished plan keeps units 114-214; eight of them swapped and the rest
-    re-tiled, 0.76388 -> 0.75825 s; then units 58 and 29 swapped, 0.75586 (simulated, 2026-12-05). The
-    longest run first (units 223-334), its head's swap won 0.09% and left no room for the eight."""
+    The earlier of the runs goes first: on ResNet-1001 the head of the longest run, swapped first, wins
+    little and leaves no room for the swaps that pay in the earlier run."""
     if "S" not in search.space.kinds:
         return state
     best = state

@@ -34,11 +34,9 @@ from karma.profile.profile import Profile
 from karma.sim.simulate import simulate
 
 INFEASIBLE = 1e9
-#: Annealing temperatures, as a fraction of the current time: at the start and at the end. A hotter start
-#: crosses the 1-2% ridges between plan families (0.01, one walk, kept WRN-28-10 and Megatron-1.2B in one:
-#: 1.5% and 0.8-1.9% slower than a long search; 0.02 with three walks, karma/planner/planner.py: WRN +0/+0/+1.49%,
-#: Megatron +0.81/+0.22/+0.43% for seeds 0/1/2; simulated on v100-abci, `python -m karma.experiments.planner_gap`,
-#: 2026-12-02).
+#: Annealing temperatures, as a fraction of the current time: at the start and at the end. The start is hot
+#: enough to cross the 1-2% ridges between plan families, where a cooler one keeps a walk in the family it
+#: starts in (WRN-28-10, Megatron-1.2B; `python -m karma.experiments.planner_gap`, docs/measurements/README.md).
 HOT = 0.02
 COLD = 0.0002
 #: Share of the annealing moves that change the blocks, the depth and the layout at once.

@@ -1,4 +1,4 @@
-"""Unit granularity chosen per block: coarse where a block fits, fine where it does not (issue 16).
+"""Unit granularity chosen per block: coarse where a block fits, fine where it does not (docs/profiles.md).
 
 A block unit's backward needs all of its saved tensors on the device at once, with its gradients
 and workspace (`Profile.unit_floors`); no plan of the block chain goes below the largest of these.
@@ -7,10 +7,10 @@ Cutting every block into layers lifts that floor but makes a chain ten times lon
 batch-norm units hold their tensors apart where a block unit's kernels share them (ResNet-1001 at
 its paper batch: 44.2 GB in-core at layer units against 39.3 GB at block units, and 0.806 against
 0.765 s/iteration planned on v100-abci). So `--granularity auto` cuts into layers exactly the blocks
-whose floor exceeds the capacity, the rule the issue states, and keeps the others whole: ResNet-50
-at batch 1440 on v100-abci (16 GB) cuts 5 of its 18 units (the stem, stage 1 and the first block
-of stage 2), a chain of 61 units whose plan takes 21.96 s/iteration against 27.16 s for all 173
-layer units (simulated, 2026-12-02). At the paper batches no block is cut and the profile is the block profile.
+whose floor exceeds the capacity and keeps the others whole: ResNet-50 at batch 1440 on v100-abci
+(16 GB) cuts 5 of its 18 units (the stem, stage 1 and the first block of stage 2), a chain of 61 units
+whose plan is faster than that of all 173 layer units (docs/reach.md). At the paper batches no block
+is cut and the profile is the block profile.
 """
 
 from __future__ import annotations

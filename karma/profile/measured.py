@@ -17,13 +17,10 @@ and gives recompute_inner_extra_time. Medians over the repeats of the paired
 differences, never below minus the forward, and 0 (the paper's recompute = forward) unless
 every repeat agrees on the sign (`consistent_extra`): a difference of three noisy passes moves
 +-20% of a forward from repeat to repeat, and the planner picks the plans whose recompute
-looks cheapest, noise included (2026-12-01, this CPU: three profiles of Megatron-1.2B's small
-preset put a layer's recompute, as the last of its segment, at 0.88, 1.25 and 1.31x its
-forward; in a pipeline run KARMA's plan, single-layer recompute segments, ran 1.29x its
-prediction within its repeat where the other plans ran 0.92-1.21x). On this CPU a recompute cost 1.3-1.5x
-the forward on ResNet-50's bottlenecks and 0.5-0.8x as the last unit of a WRN-28-10
-segment (docs/machine.md): costing every recompute at its forward predicted ResNet-50's
-recomputing runtime plans 7-35% fast and WRN-28-10's up to 25% slow.
+looks cheapest, noise included: a recompute the noise makes look cheap draws KARMA to plans
+that then run slower than predicted. On this CPU a recompute costs 1.3-1.5x the forward on
+ResNet-50's bottlenecks and 0.5-0.8x as the last unit of a WRN-28-10 segment (docs/machine.md),
+so costing every recompute at its forward mispredicts recomputing plans both ways.
 """
 
 from __future__ import annotations

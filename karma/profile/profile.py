@@ -278,7 +278,8 @@ class Profile:
     def unit_floor_bytes(self) -> int:
         """Device memory no plan of this chain can go below: the largest unit's backward alone (its saved
         tensors, its backward transient, its weights and their gradients) with every buffer. At block
-        granularity that unit is a whole residual block: below this, only finer units train (issue 16)."""
+        granularity that unit is a whole residual block: below this, only finer units train
+        (docs/profiles.md, *Granularity*)."""
         return max(self.unit_floors())
 
     def unit_floors(self) -> list[int]:

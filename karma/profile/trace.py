@@ -238,9 +238,9 @@ def trace_unit(unit: torch.nn.Module, x, loss: Callable | None = None, target=No
     nxt = tuple(t.detach() for t in output) if isinstance(output, tuple) else output.detach()
     # The backward starts from the output's gradient edge, not the output: in a run nobody but
     # autograd holds a unit's output during its backward, so an output the unit saved itself
-    # (ResNet's last ReLU) is freed as soon as that op's backward is done. Holding it here made
-    # every such unit's backward workspace one output too large (the runtime's ResNet-50 with
-    # SuperNeurons' plan peaked 5.7% below the prediction, one output per stage).
+    # (ResNet's last ReLU) is freed as soon as that op's backward is done. Holding it here would
+    # make every such unit's backward workspace one output too large (one output per stage of
+    # ResNet-50 under SuperNeurons' plan).
     edges = [get_gradient_edge(t) for t in roots]
     del output, result, roots
     # What the memory model counts of this unit between its forward and backward: its saved

@@ -16,8 +16,8 @@ the link and the memory accounting change:
 * Peak: the caching allocator's own `max_memory_allocated` over the step (reset before it),
   so no per-tensor tracking runs (`track=False`).
 
-First run on a GPU (H200 capped at 16 GB, 2026-11-29): docs/measurements/.
-`python -m karma.runtime.gpu_check` is the check to run.
+`python -m karma.runtime.gpu_check` is the check to run; its runs on a GPU (an H200 capped at
+16 GB) are in docs/measurements/.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ from models.registry import build
 
 def require_cuda() -> torch.device:
     # Under a cap the default allocator's fragmentation matters: on an H200 capped at 16 GB a plan
-    # predicted at 15.0 GB hit OOM with it and ran (14.9 GB peak) with expandable segments.
+    # predicted at 15.0 GB runs out of memory with it and fits with expandable segments
+    # (docs/measurements/README.md).
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     if not torch.cuda.is_available():
         raise KarmaError("CUDA was asked for but no CUDA device is available")
@@ -146,9 +147,9 @@ def measure_memory_bandwidth(device: torch.device, nbytes: int = 512 << 20) -> f
 def run_cuda_steps(chain, plan, steps: int, device: torch.device):
     """A warm-up and `steps` timed steps on the GPU; returns (the timed step with the highest
     allocator peak, the timed steps), like emulation.run_steps. The warm-up's peak is left out: it
-    carries the one-off costs of first use (pinned host allocations, library workspaces), and in
-    a fresh process ResNet-50 vDNN's peak on an H200 was 1.11x its prediction against 1.03x in a
-    warm one; the performance model describes the steady step."""
+    carries the one-off costs of first use (pinned host allocations, library workspaces), which
+    can raise a fresh process's peak above a warm one's (docs/measurements/README.md); the performance
+    model describes the steady step."""
     gc.collect()  # the previous run's blocks back to the allocator, not counted against this cap
     torch.cuda.empty_cache()
     # streamed weights: host masters and optimizers; the device copies exist only while uploaded
@@ -176,8 +177,8 @@ class CudaRunner:
     """Runs a plan on this GPU under the cap, each run in a fresh process.
 
     A run that ran out of memory can leave device memory behind (tensors in its exception's
-    frames, copy threads still holding jobs): on an H200 the runs after one such failure started
-    with 1-14 GB already allocated. A process of its own frees everything when it exits.
+    frames, copy threads still holding jobs), which the runs after it would start with. A process
+    of its own frees everything when it exits.
     """
 
     model: str

@@ -5,10 +5,10 @@ On this shared machine the processor's speed then drifts 10-25% by the time a re
 (docs/machine.md), and it drifts only what the processor does: the units' compute and the optimizer
 steps (device and host). The emulated link does not (a copy ends at a deadline set by the link's
 bandwidth, karma/runtime/link.py), nor does a real one. So drift moves a plan bound by compute
-(recompute, keep) and one bound by the link (vDNN's swaps) apart: one pipeline run (2026-12-05,
-measured on the emulated device) had every Megatron-1.2B recompute plan at 1.06-1.12 of its
-prediction and vDNN's at 0.98, and KARMA's measured speedup over vDNN at 0.87 of its prediction,
-which a uniform scale of every plan's prediction cannot tell from a model error.
+(recompute, keep) and one bound by the link (vDNN's swaps) apart: a slower processor leaves
+recompute plans slower than predicted and vDNN's on time, and so KARMA's measured speedup over vDNN
+below its prediction, which a uniform scale of every plan's prediction cannot tell from a model error
+(docs/measurements/README.md).
 
 `fit_speed` finds, per repeat, the factor f on compute times (and 1/f on the optimizer rates) at
 which the median over the strategies of measured / predicted is 1: the drift, in the model's own

@@ -81,8 +81,8 @@ def pools_by_stream(segments: list[dict]) -> str:
     """Reserved and allocated bytes of the caching allocator per stream, from
     `torch.cuda.memory_snapshot()` segments: a block belongs to the pool of the stream it was
     allocated on, so memory reserved for a copy stream cannot serve the compute stream (the
-    question an OOM with far more reserved than allocated memory raises; WRN-28-10 vDNN on an H200:
-    2.9 GB allocated, 15.5 GB reserved)."""
+    question an OOM with far more reserved than allocated memory raises, such as WRN-28-10
+    vDNN's on an H200: docs/measurements/README.md)."""
     pools: dict[int, list[int]] = {}
     for seg in segments:
         total = pools.setdefault(seg.get("stream", 0), [0, 0])

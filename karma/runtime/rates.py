@@ -10,8 +10,8 @@ the device's memory bandwidth (the device optimizer step) and the host optimizer
   a host thread with as many intra-op threads as HostWeights gets (one on the emulated device,
   the cores a GPU's host can spare on CUDA); bytes touched per second (simulate.optimizer_traffic_bytes:
   (3 + 2k) x weight bytes). The preset's 45 GB/s is a whole ABCI node's STREAM share; one thread of
-  a single-tensor Adam reaches a fraction of it (the GPU check on an H200 found KARMA's streamed
-  WRN-28-10 1.27x slower than predicted with the preset's figure).
+  a single-tensor Adam reaches a fraction of it (with the preset's figure the model predicts KARMA's
+  streamed WRN-28-10 on an H200 far too fast: docs/measurements/README.md).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def cpu_rates(link_bw: float, optimizer: str) -> Rates:
     """The emulated device: its link as set (both ways) and this CPU's optimizer rate, for the host's
     updates and for the device's own optimizer step alike: the emulated device is this CPU, and its
     step is the same torch optimizer on one compute thread (a plain copy's rate, 3-4x faster than
-    Adam here, predicted Megatron's steps 5% short)."""
+    Adam here, would predict Megatron's steps short)."""
     rate = measure_host_update(optimizer)
     return Rates(link_bw, link_bw, rate, rate, "emulated")
 

@@ -60,8 +60,8 @@ class SavedTensors:
         base = t._base if t._base is not None else t
         # a weight (or a view of one: mm saves weight.t()); by identity too, since a streamed weight's
         # storage on CUDA is allocated anew at each upload. The weight is saved, not the tensor: a
-        # view would keep the evicted upload's storage alive on the GPU until the backward (found on
-        # an H200: Megatron's kept blocks held every linear weight twice and ran out of the cap).
+        # view would keep the evicted upload's storage alive on the GPU until the backward (Megatron's
+        # kept blocks would hold every linear weight twice and run out of the cap).
         weight = self.params.get(("id", id(base)))
         if weight is None:  # an alias of a weight's current storage (a key of an evicted one may be reused)
             weight = self.params.get(key)

@@ -1,7 +1,7 @@
 """What each block of a plan holds on the device and moves over the link (bytes): the simulator's
 memory attribution (karma/sim/simulate.py's module docstring says when each is allocated and freed).
 
-A profile whose boundaries carry several tensors (layer granularity, issue 16) names the storages
+A profile whose boundaries carry several tensors (layer granularity, docs/profiles.md, *Granularity*) names the storages
 that cross boundaries (karma.profile.profile.UnitProfile.boundary_out): then what blocks move is counted per
 storage, each once per copy as the runtime copies it, and what they hold here is only what is not
 such a storage; karma/sim/boundary_memory.py holds those, each while anything needs it."""

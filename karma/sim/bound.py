@@ -5,7 +5,7 @@ can express (any tiling into blocks; keep, swap or recompute per block; the
 checkpoint on the device or the host; any prefetch depth; weights resident
 with the optimizer on the device or on the host, or streamed; half or full
 duplex) that `karma.sim.simulate.simulate` accepts takes at least
-``lower_bound(P, H, M)`` seconds. tests/test_bound.py checks it against the
+``lower_bound(P, H, M)`` seconds. tests/sim/test_bound.py checks it against the
 exhaustive optimum of random adversarial chains.
 
 Proof (every line is a fact of the simulator's schedule, for one layout).

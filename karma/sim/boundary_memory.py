@@ -27,9 +27,9 @@ timeline (allocated at the start of an op, freed at the end, karma/sim/schedule.
   torch.utils.checkpoint stops once the last saved tensor is packed
   (`UnitProfile.recompute_remakes_output`). A unit that saves an output too (a batch norm's
   statistics) makes it before the stop (ResNet-50's projection batch norm at the end of a
-  recompute block: 16.8 MB the simulator had left out), and so does a custom autograd Function,
+  recompute block), and so does a custom autograd Function,
   which packs once its forward has returned (the layer chain's convolution, models/lean_layers.py:
-  4.2 MB, ResNet-50 small b64's layer3 expansion, tests/test_layer_units.py);
+  4.2 MB, ResNet-50 small b64's layer3 expansion, tests/models/test_layer_units.py);
 * a recomputed block's checkpoint (its input's storages): from the block's forward to the end
   of the backward of its first unit that saves anything; a block that saves nothing (a join
   alone) keeps none on the device (torch.utils.checkpoint holds its inputs only through what
@@ -37,7 +37,8 @@ timeline (allocated at the start of an op, freed at the end, karma/sim/schedule.
   runtime's store packs the checkpoint's inputs), held until its copy ends; its copy back, a
   storage of its own, from the prefetch to the end of the block's recompute (not only of the
   unit reading it: the recompute's arguments, detached aliases of that storage, live until it
-  returns; ResNet-50's layer chain ran 8.4 MB, 10%, over the prediction at a 21-unit block), then
+  returns: counted only to the unit reading it, ResNet-50's layer chain at a 21-unit block runs about
+  10% over the prediction), then
   as long as a unit of the block saves it (the block's own end if nothing is saved: never unpacked).
 
 The union of a storage's intervals is what it costs. The timeline does not depend on memory,

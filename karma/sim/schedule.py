@@ -7,12 +7,12 @@ issued, `alloc_at`), freed at the end of the op that last needs it; at equal tim
 come first (an op's memory is released before the next op starts), except an op of no
 duration, whose frees follow its own allocation and precede those issued after it at that time
 (program order: the ledger's sort is stable). Freeing them after every allocation at that time
-held a residual add's output gradient (its backward takes no time) together with the next
-unit's backward: ResNet-50 small b64, layer units swapped in whole blocks at depth 1, predicted
-123.0 MB where the runtime measured 106.1 (now 106.3; tests/test_layer_units.py). So whatever is
+would hold a residual add's output gradient (its backward takes no time) together with the next
+unit's backward, and overcount the peak by about 15% (ResNet-50 small b64, layer units swapped
+in whole blocks at depth 1; tests/models/test_layer_units.py). So whatever is
 taken or handed over when an op starts must be recorded before that op (`start_at` says when it
 will start): recorded after it, an op of no duration has already freed, and the peak misses what
-both held (karma/sim/simulate.py's prefetches and recompute gradients; tests/test_simulate.py checks
+both held (karma/sim/simulate.py's prefetches and recompute gradients; tests/sim/test_simulate.py checks
 that no op of no duration counts less memory than one of a nanosecond).
 """
 

@@ -233,7 +233,7 @@ def _prefetch(it: _Iteration, k: int, issue: float) -> None:
     gets to the copy: the runtime allocates them when it issues the copy, as a CUDA program allocates
     a copy's destination on the compute thread before queueing the copy on a stream, so no link
     faster than planned needs more memory for the copy (with weights resident and the optimizer on the
-    device, none at all: tests/test_simulate.py)."""
+    device, none at all: tests/sim/test_simulate.py)."""
     s, by, hw, b = it.s, it.by, it.hw, it.plan.blocks[k]
     end = issue
     if it.streamed:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A one-node Slurm cluster on this machine, for testing the pipeline's Slurm path for real
-# (README, "On a GPU cluster (Slurm)"; CI runs it through .ci/slurm).
+# (docs/pipeline.md, "On a GPU cluster (Slurm)"; CI runs it through .ci/slurm).
 #
 #   workflow/cluster/local-slurm.sh start    # install (Debian) if missing, configure, start, wait for idle
 #   workflow/cluster/local-slurm.sh status

@@ -32,7 +32,7 @@ for _hw in config["large_nlp"]["whatif_hardware"]:
         raise WorkflowError(f"config 'large_nlp: whatif_hardware': {err}") from None
 
 
-#: Your own models (config `extra_models`, README "Your own model"): name -> its entry.
+#: Your own models (config `extra_models`, docs/models.md "Your own model"): name -> its entry.
 EXTRA = {m["name"]: m for m in config.get("extra_models", [])}
 _clash = [name for name in EXTRA if name in config["paper_models"] or ":" in name]
 if _clash:

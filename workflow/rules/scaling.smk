@@ -50,7 +50,7 @@ rule validate_distributed:
     threads: config["distributed"]["ranks"]
     resources:
         measuring=1,
-        # MPI launcher: mpiexec here (mpich wheel); the Slurm profile sets mpi="srun" (README).
+        # MPI launcher: mpiexec here (mpich wheel); the Slurm profile sets mpi="srun" (docs/pipeline.md).
         mpi="mpiexec",
         tasks=config["distributed"]["ranks"],
     conda:

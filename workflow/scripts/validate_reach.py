@@ -1,4 +1,4 @@
-"""Snakemake script: the reach case run for real (issue 16). A small-preset batch on a capacity below what
+"""Snakemake script: the reach case run for real (docs/reach.md). A small-preset batch on a capacity below what
 any plan of its residual-block units needs (one block's backward alone does not fit), trained at layer
 granularity on the emulated device, measured against predicted like the other runtime rows."""
 

@@ -1,6 +1,6 @@
 """Bring your own model (models/specs.py, models/auto_chain.py): torchvision and transformers models
 become chains that train under any plan exactly as plain PyTorch trains the original module, and
-whose simulated peak is the runtime's within 5% (as tests/test_runtime.py checks for the zoo)."""
+whose simulated peak is the runtime's within 5% (as tests/runtime/test_runtime.py checks for the zoo)."""
 
 import functools
 import math

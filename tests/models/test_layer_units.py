@@ -30,7 +30,7 @@ from karma.sim.simulate import simulate
 from models import build
 from models.registry import build_original, chain_of
 from tests.chains import all_plans
-from tests.test_runtime import train_both
+from tests.runtime.test_runtime import train_both
 
 MODELS = ["resnet50", "resnet1001", "wrn28-10", "vgg16", "megatron-1.2b"]
 SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), database=None)

@@ -16,7 +16,7 @@ from karma.report.reach_figure import reach_figure
 from karma.report.reach_report import markdown, published
 from karma.sim.simulate import in_core_peak_bytes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 V100 = load("v100-abci")
 
 

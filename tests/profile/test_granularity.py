@@ -13,8 +13,8 @@ from karma.profile.build import make_profile
 from karma.profile.granularity import AUTO_NOTE, blocks_to_split
 from models import build
 from models.registry import build_original, chain_of
-from tests.test_layer_units import assert_computes_the_original
-from tests.test_runtime import train_both
+from tests.models.test_layer_units import assert_computes_the_original
+from tests.runtime.test_runtime import train_both
 
 HW = load("v100-abci")
 

@@ -13,7 +13,7 @@ import yaml
 
 from models.registry import MODELS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 

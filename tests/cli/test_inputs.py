@@ -18,7 +18,7 @@ from karma.core.hardware import PRESET_DIR, load
 from karma.plan.plan import from_policies
 from karma.profile.analytic import analytic_profile
 from models import build
-from tests.test_workflow import copy_workflow, run
+from tests.workflow.test_workflow import copy_workflow, run
 
 
 @pytest.fixture(scope="module")

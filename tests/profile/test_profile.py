@@ -86,7 +86,7 @@ def test_every_paper_size_model_profiles_on_meta(name):
 @pytest.mark.parametrize("name", PAPER_SIX)
 def test_paper_batches_need_two_to_four_v100s(name):
     """The documented choice: paper batch sizes need 2x-4x the 16 GB (docs/paper.md), except
-    VGG-16, whose first layers alone outgrow 16 GB past batch ~250 (README, Batch sizes)."""
+    VGG-16, whose first layers alone outgrow 16 GB past batch ~250 (docs/models.md, Batch sizes)."""
     profile = analytic_profile(build(name, "paper", device="meta"), V100)
     times = profile.in_core_peak_bytes() / V100.device_memory
     if name == "vgg16":

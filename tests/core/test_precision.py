@@ -31,7 +31,7 @@ from karma.runtime.streamed import HostWeights
 from karma.sim.block_bytes import block_bytes
 from karma.sim.simulate import optimizer_traffic_bytes, simulate
 from models import build
-from tests.test_runtime import keep_or_recompute_plan
+from tests.runtime.test_runtime import keep_or_recompute_plan
 
 MODELS = ["resnet50", "vgg16", "megatron-1.2b", "wrn28-10"]
 SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), database=None)

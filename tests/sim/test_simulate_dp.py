@@ -14,7 +14,7 @@ from karma.sim.network import allreduce_time, ring
 from karma.sim.simulate import in_core_peak_bytes, simulate
 from models import build
 from tests.chains import V100, chains
-from tests.test_simulate import random_plan
+from tests.sim.test_simulate import random_plan
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 

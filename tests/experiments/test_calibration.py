@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 import karma.core.hardware as hardware
+import karma.experiments.calibration as calibration
 import karma.parallel.megatron_model as model_parallel
 from karma.experiments.calibration import TOLERANCE, table, targets
 from karma.profile.trace import NO_KERNEL, trace_unit
@@ -41,7 +42,7 @@ def test_ours_is_computed_not_typed(rows, monkeypatch):
         hw = original(name)
         return dataclasses.replace(hw, flops_fp16=hw.flops_fp16 / 2) if hw.name in ("dgx2h", "v100-abci") else hw
 
-    monkeypatch.setattr(hardware, "load", slower)
+    monkeypatch.setattr(calibration, "load", slower)
     model_parallel.shard_profile.cache_clear()
     try:
         slow = table(["megatron-1gpu", "resnet50-amp", "resnet50-fp32"]).set_index("key").ours

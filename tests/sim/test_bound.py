@@ -70,7 +70,7 @@ def test_the_case_hypothesis_found_on_2026_12_04():
     """A kept unit's backward and a recompute of no duration at one time: the simulator handed the
     recompute's output gradient over before the kept backward allocated, so a resident plan 0.5 GB
     over the capacity passed at 7.99 s, under the bound's 12.33 (the bound was right: the kept unit
-    holds that gradient; tests/test_simulate.py has the simulator's side)."""
+    holds that gradient; tests/sim/test_simulate.py has the simulator's side)."""
     def unit(name, **kw):
         return make_unit(name, **{k: int(v * 1e6) if k.endswith("bytes") else v for k, v in kw.items()})
 

@@ -16,7 +16,7 @@ from karma.profile.analytic import analytic_profile
 from karma.sim.simulate import simulate
 from models import build
 from tests.chains import chains
-from tests.test_plan_dp import tilings
+from tests.planner.test_plan_dp import tilings
 
 SPACE = Space()
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)

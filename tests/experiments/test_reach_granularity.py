@@ -6,7 +6,7 @@ import pandas as pd
 
 from karma.core.errors import KarmaError
 from karma.core.hardware import load
-from karma.experiments import reach, reach_granularity
+from karma.experiments import reach_granularity
 from karma.experiments.reach_granularity import GRANULARITIES, granularity_rows, incore_reference, incore_throughput
 from karma.report.reach_report import granularity_markdown as markdown
 
@@ -56,7 +56,7 @@ def test_each_precision_is_compared_with_in_core_training_in_that_precision():
 
 
 def test_in_core_reference_is_none_where_batch_one_does_not_fit(monkeypatch):
-    monkeypatch.setattr(reach, "search", lambda *_args, **_kwargs: (None, ""))
+    monkeypatch.setattr(reach_granularity, "search", lambda *_args, **_kwargs: (None, ""))
     largest, speed = incore_reference("resnet50", HW, "fp16", size="tiny", limit=64)
     assert largest is None and math.isnan(speed)
 
