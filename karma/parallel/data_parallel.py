@@ -35,7 +35,7 @@ import torch
 
 from karma.core.errors import KarmaError
 from karma.core.files import write_atomically
-from karma.parallel.mpi_job import abort
+from karma.parallel.mpi_job import run_job
 from karma.plan.plan import Plan, from_policies
 from karma.runtime.execute import train_step
 from karma.runtime.ledger import Ledger
@@ -208,30 +208,27 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    from mpi4py import MPI
-
-    torch.set_num_threads(1)
-    comm = MPI.COMM_WORLD
-    args = parser().parse_args(argv)
+def _train_or_fail(args, comm) -> dict:
     # If a rank dies (killed, crashed), mpiexec names its PID: this line maps it to the rank.
     print(f"karma.parallel.data_parallel: rank {comm.rank} of {comm.size} is pid {os.getpid()}", file=sys.stderr,
           flush=True)
-    try:
-        if args.fail_on_rank == comm.rank:
-            raise RuntimeError("injected fault (--fail-on-rank)")
-        if args.die_on_rank == comm.rank:
-            os.kill(os.getpid(), signal.SIGKILL)
-        result = train(args, comm)
-    except Exception as err:  # one line per failing rank, then the whole job ends
-        return abort(comm, err)
-    if comm.rank == 0 and args.out:
+    if args.fail_on_rank == comm.rank:
+        raise RuntimeError("injected fault (--fail-on-rank)")
+    if args.die_on_rank == comm.rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return train(args, comm)
+
+
+def _report(args, comm, result: dict) -> None:
+    if args.out:
         out = write_atomically(args.out, lambda tmp: torch.save(result, tmp))
         median = sorted(result["times"])[len(result["times"]) // 2]
         print(f"{comm.size} ranks, {args.order}: median step {median:.4f} s "
               f"[measured on cpu-emulated, {comm.size} MPI ranks] -> {out}")
-    comm.Barrier()
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_job(parser, _train_or_fail, _report, argv)
 
 
 if __name__ == "__main__":

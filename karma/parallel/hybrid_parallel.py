@@ -26,7 +26,7 @@ import torch
 from karma.core.errors import KarmaError
 from karma.core.files import write_atomically
 from karma.parallel.data_parallel import shard
-from karma.parallel.mpi_job import abort
+from karma.parallel.mpi_job import run_job
 from karma.parallel.tensor_parallel import TPLayer, gather_layer, shard_chain
 from karma.runtime.optim import new_optimizer
 from models.registry import build
@@ -143,24 +143,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    from mpi4py import MPI
+def _report(args, comm, result: dict) -> None:
+    median = sorted(result["times"])[len(result["times"]) // 2]
+    print(f"tp {args.tp} x dp {result['dp']}: median step {median:.4f} s "
+          f"[measured on cpu, {comm.size} MPI ranks]" + (f"; check {result['check']}" if args.check else ""))
+    if args.out:
+        write_atomically(args.out, lambda tmp: torch.save(result, tmp))
 
-    torch.set_num_threads(1)
-    comm = MPI.COMM_WORLD
-    args = parser().parse_args(argv)
-    try:
-        result = train(args, comm)
-    except Exception as err:  # one line per failing rank, then the whole job ends
-        return abort(comm, err)
-    if comm.rank == 0:
-        median = sorted(result["times"])[len(result["times"]) // 2]
-        print(f"tp {args.tp} x dp {result['dp']}: median step {median:.4f} s "
-              f"[measured on cpu, {comm.size} MPI ranks]" + (f"; check {result['check']}" if args.check else ""))
-        if args.out:
-            write_atomically(args.out, lambda tmp: torch.save(result, tmp))
-    comm.Barrier()
-    return 0
+
+def main(argv: list[str] | None = None) -> int:
+    return run_job(parser, train, _report, argv)
 
 
 if __name__ == "__main__":

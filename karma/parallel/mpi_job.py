@@ -10,10 +10,15 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+
+import torch
 
 from karma.core.errors import KarmaError
 from karma.core.files import write_atomically
+
+# mpi4py is imported inside the functions that run under MPI: importing it starts MPI.
 
 
 def abort(comm, err: BaseException) -> int:
@@ -34,3 +39,23 @@ def write_table(comm, table, out: str | Path) -> int:
         print(table.drop(columns=["source"]).to_string())
     comm.Barrier()
     return 0
+
+
+def run_job(parser, train: Callable, report: Callable, argv: list[str] | None = None) -> int:
+    """An MPI entry point: one torch thread per rank (docs/machine.md, MPI), the arguments parsed,
+    `train(args, comm)` on every rank (a rank that raises aborts the job, `abort`), then
+    `report(args, comm, result)` on rank 0 while the others wait."""
+    from mpi4py import MPI
+
+    torch.set_num_threads(1)
+    comm = MPI.COMM_WORLD
+    args = parser().parse_args(argv)
+    try:
+        result = train(args, comm)
+    except Exception as err:  # one line per failing rank, then the whole job ends
+        return abort(comm, err)
+    if comm.rank == 0:
+        report(args, comm, result)
+    comm.Barrier()
+    return 0
+
