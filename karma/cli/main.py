@@ -45,6 +45,7 @@ from karma.plan.plan import Plan
 from karma.profile.build import make_profile, write_profile
 from karma.profile.granularity import auto_note
 from karma.profile.profile import Profile
+from karma.runtime.attribution import attribute, block_differences, report
 from karma.runtime.check_exact import check_exact
 from karma.runtime.run import run_plan
 from karma.sim.bound import lower_bound
@@ -170,6 +171,12 @@ def cmd_run(args) -> None:
     print(f"  predicted {result.predicted.time:.4f} s/step, peak {result.predicted.peak_bytes / 1e6:.1f} MB of "
           f"{result.predicted.capacity / 1e6:.1f} MB [simulator on the measured profile]; measured/predicted "
           f"{result.median_time / result.predicted.time:.3f}")
+    if args.explain:
+        table = attribute(last.timeline, last.time, result.predicted.timeline, result.predicted.time)
+        print(f"  where the last step ({last.time:.4f} s) and the prediction differ, term by term:")
+        print(report(table, block_differences(last.timeline, result.predicted.timeline)))
+        if args.explain != "-":
+            write_atomic(Path(args.explain), table.to_csv(index=False))
     if args.check_exact:
         exact = check_exact(args.model, args.size, args.batch, result.plan, steps=args.steps,
                             precision=args.precision, options=spec_options(args), capacity=result.predicted.capacity)
@@ -265,6 +272,9 @@ def parser() -> argparse.ArgumentParser:
                      help=PRECISION_HELP + "; bf16 on a CPU, fp16 and bf16 on CUDA")
     run.add_argument("--threads", type=positive_int, default=1, help="torch compute threads (default 1)")
     run.add_argument("--timeline", help="write the last step's timeline as CSV")
+    run.add_argument("--explain", nargs="?", const="-", metavar="CSV",
+                     help="attribute the difference between the last step and the prediction to named terms "
+                          "(printed; also written to CSV if given)")
     run.add_argument("--check-exact", action="store_true",
                      help="also train the same steps in plain PyTorch; exit 1 unless the weights are bitwise equal")
     add_spec_options(run)

@@ -193,7 +193,8 @@ def _train_step(chain: ChainModel, plan: Plan, optimizer, batch, ledger: Ledger,
     stores: list[SavedTensors] = []
     for k, away in enumerate(to_host_side):  # adjacent swapped blocks copy a tensor both save once
         both = k and blocks[k].policy == blocks[k - 1].policy == "swap"
-        stores.append(SavedTensors(k, away, ledger, params, prev=stores[k - 1] if both else None))
+        stores.append(SavedTensors(k, away, ledger, params, prev=stores[k - 1] if both else None,
+                                   checkpoint=blocks[k].policy == "recompute"))
     swapped: list[Future | None] = [None] * nb
     downloads: list[Future] = []
     tracker = LiveTracker(ledger) if track else _Untracked()

@@ -33,10 +33,13 @@ class SavedTensors:
     """
 
     def __init__(self, k: int, swap: bool, ledger: Ledger, params: dict[object, torch.Tensor],
-                 prev: SavedTensors | None = None):
+                 prev: SavedTensors | None = None, checkpoint: bool = False):
         """`params` maps a weight's storage key, and ("id", id(weight)), to the weight; `prev` is the
-        previous block's store when both blocks are swapped (a tensor both save is copied once)."""
+        previous block's store when both blocks are swapped (a tensor both save is copied once);
+        `checkpoint`: what goes to the host is a recompute block's checkpoint, and its copies are named
+        as the simulator names them."""
         self.k, self.swap, self.ledger, self.params, self.prev = k, swap, ledger, params, prev
+        self.ops = ("offload checkpoint", "prefetch checkpoint") if checkpoint else ("swap out", "prefetch")
         self.borrowed: list[int] = []  # indices into prev.device of tensors this block saved too
         self.lent: set[int] = set()  # indices of self.device the next block brings back for this one
         self.given: dict[int, torch.Tensor] = {}  # lent index -> the device copy the next block brought back
@@ -153,7 +156,7 @@ class SavedTensors:
                 self.ledger.release(key, self)
 
         self.ledger.expect_release()  # an allocation past the capacity waits for it (karma/runtime/ledger.py)
-        future = link.submit("d2h", self.nbytes, copy, "swap out", self.k, on_end=done)
+        future = link.submit("d2h", self.nbytes, copy, self.ops[0], self.k, on_end=done)
         future.add_done_callback(lambda _future: self.ledger.released())
         return future
 
@@ -188,7 +191,7 @@ class SavedTensors:
             mine = [None if j in self.lent else to_device(h, self.place) for j, h in enumerate(self.host)]
             return mine + [to_device(self.prev.host[j], self.place) for j in self.borrowed]
 
-        self.back = link.submit("h2d", self._back_bytes(), copy, "prefetch", self.k, on_start=start)
+        self.back = link.submit("h2d", self._back_bytes(), copy, self.ops[1], self.k, on_start=start)
 
     def release(self) -> None:
         self.ledger.release_all(self)
