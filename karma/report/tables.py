@@ -14,6 +14,7 @@ from karma.core.hardware import Hardware
 from karma.experiments.scaling import interpolate
 from karma.profile.analytic import analytic_profile
 from karma.profile.profile import Profile
+from karma.runtime.emulation import TERM_SLUGS
 from karma.sim.simulate import in_core_peak_bytes
 from models.registry import build
 
@@ -96,3 +97,42 @@ def memory_vs_batch(profiles: list[Profile], hw: Hardware, points: int = 12) -> 
                          "source": f"simulated: analytic profiles on {hw.name} at batch 1 and {big.batch}, "
                                    f"linear in the batch between and beyond"})
     return pd.DataFrame(rows)
+
+
+def step_terms_rows(runtime: pd.DataFrame) -> pd.DataFrame:
+    """Long form of the runtime table's step terms (karma/runtime/attribution.py): per model, strategy and
+    term, the last timed step's seconds, the prediction's at that repeat's processor speed, their difference
+    and its share of the step's difference (the terms add up to the step on both sides)."""
+    rows = []
+    for r in runtime.itertuples():
+        if pd.isna(getattr(r, "forward_measured_s", np.nan)):
+            continue
+        measured = {t: getattr(r, f"{s}_measured_s") for t, s in TERM_SLUGS.items()}
+        predicted = {t: getattr(r, f"{s}_predicted_s") for t, s in TERM_SLUGS.items()}
+        gap = sum(measured.values()) - sum(predicted.values())
+        for term in TERM_SLUGS:
+            diff = measured[term] - predicted[term]
+            rows.append({"model": r.model, "strategy": r.strategy, "term": term, "measured_s": measured[term],
+                         "predicted_s": predicted[term], "difference_s": diff,
+                         "share_of_step_difference": diff / gap if gap else 0.0,
+                         "processor_speed": r.terms_processor_speed})
+    return pd.DataFrame(rows, columns=["model", "strategy", "term", "measured_s", "predicted_s", "difference_s",
+                                       "share_of_step_difference", "processor_speed"])
+
+
+def step_terms_markdown(terms: pd.DataFrame) -> str:
+    """Per model, a strategy a row: the step's difference from its prediction and each term's part (ms)."""
+    parts = ["# Where measured steps differ from their predictions, term by term", "",
+             "Each strategy's last timed step on the emulated device against the simulator's prediction at that",
+             "repeat's processor speed (karma/runtime/drift.py), split along the compute queue into forward,",
+             "backward with recomputes, the device optimizer, waits between compute operations (stalls on",
+             "copies), and the time before the first and after the last compute operation",
+             "(karma/runtime/attribution.py; `karma run MODEL --explain` for one plan). Milliseconds, measured",
+             "minus predicted; the terms add up to the step's difference.", ""]
+    for model, part in terms.groupby("model", sort=False):
+        wide = part.pivot(index="strategy", columns="term", values="difference_s")[list(TERM_SLUGS)] * 1e3
+        wide.insert(0, "step", wide.sum(axis=1))
+        wide = wide.reindex(list(dict.fromkeys(part.strategy))).reset_index()
+        parts += [f"## {model}", "", to_markdown(wide, floatfmt=".1f"), ""]
+    return "\n".join(parts)
+

@@ -17,7 +17,8 @@ import pandas as pd
 from karma.core.hardware import Hardware, load
 from karma.plan.plan import Plan
 from karma.profile.profile import Profile
-from karma.runtime.drift import fit_speed, predictor
+from karma.runtime.attribution import step_terms
+from karma.runtime.drift import at_speed, fit_speed, predictor
 from karma.runtime.execute import StepReport, make_optimizer, train_step
 from karma.runtime.ledger import DeviceOOM, Ledger
 from karma.runtime.link import EmulatedLink, emulated_label
@@ -131,7 +132,8 @@ def measure(runner, plans: dict[str, Plan], repeats: int) -> dict[str, dict]:
 
     A runner with `open(plan)` (EmulatedRunner) keeps each plan's session open: one memory step
     (the warm-up) before the first repeat, `runner.steps` timed steps per repeat, one memory step
-    after the last. Any other runner (CudaRunner: a process per run) runs whole per repeat."""
+    after the last. Any other runner (CudaRunner: a process per run) runs whole per repeat.
+    "last" holds the last timed step (its time and timeline), for `_attribute_last_steps`."""
     names = list(plans)
     out: dict[str, dict] = {name: {"times": [], "peak": 0.0, "wait": 0.0} for name in names}
     sessions = {}
@@ -162,6 +164,7 @@ def measure(runner, plans: dict[str, Plan], repeats: int) -> dict[str, dict]:
                         memory, timed = runner(plans[name])
                         out[name]["peak"] = max(out[name]["peak"], memory.peak_bytes)
                     out[name]["times"].append(statistics.median(t.time for t in timed))
+                    out[name]["last"] = timed[-1]
                     out[name]["wait"] = max([out[name]["wait"]] + [t.memory_wait for t in timed])
                 except DeviceOOM as err:
                     fail(name, err)
@@ -220,6 +223,32 @@ def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int,
     return expected
 
 
+#: column names of the step's terms (karma/runtime/attribution.py)
+TERM_SLUGS = {"forward": "forward", "backward and recompute": "backward", "device optimizer step": "device_optimizer",
+              "waits between compute operations": "waits", "before the first compute operation": "start",
+              "after the last compute operation": "tail"}
+
+
+def _attribute_last_steps(df: pd.DataFrame, profile: Profile, hw: Hardware, capacity: float, plans: dict[str, Plan],
+                          results: dict[str, dict], predict) -> None:
+    """Columns `<term>_measured_s` and `<term>_predicted_s` per strategy: its last timed step split into the
+    terms of karma/runtime/attribution.py, beside its prediction at the processor speed of the last repeat
+    (drift.fit_speed over the strategies' last steps; the profile's speed where none explains them), so that
+    drift does not read as a compute term's error."""
+    last = {name: r["last"] for name, r in results.items() if "error" not in r and "last" in r}
+    df["terms_processor_speed"] = float("nan")
+    if not last:
+        return
+    speed = fit_speed(predict, {name: step.time for name, step in last.items()}) or 1.0
+    fast_profile, fast_hw = at_speed(profile, hw, speed)
+    for name, step in last.items():
+        sim = simulate(fast_profile, plans[name], fast_hw, capacity)
+        mine, theirs = step_terms(step.timeline, step.time), step_terms(sim.timeline, sim.time)
+        for term, slug in TERM_SLUGS.items():
+            df.loc[df.strategy == name, [f"{slug}_measured_s", f"{slug}_predicted_s"]] = mine[term], theirs[term]
+        df.loc[df.strategy == name, "terms_processor_speed"] = speed
+
+
 def validate(profile: Profile, strategies: list[str], capacity: float, rates: Rates, runner,
              headroom: float = 0.05, repeats: int = 1) -> pd.DataFrame:
     """Plan every strategy on the measured profile, simulate it and run it; one row per strategy.
@@ -243,6 +272,7 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
                      "predicted_s": sim.time, "predicted_peak_MB": sim.peak_bytes / 1e6,
                      "capacity_MB": capacity / 1e6, "repeats": repeats, "measured_s": None, "measured_s_min": None,
                      "measured_s_max": None, "measured_peak_MB": None, "memory_wait_s": None,
+                     **{f"{slug}_{side}_s": None for slug in TERM_SLUGS.values() for side in ("measured", "predicted")},
                      "status": "ok" if sim.feasible else "OOM (simulated)",
                      "rates": rates.describe(),
                      # exact, to replay the plans from the run's saved profile (karma/runtime/replay.py)
@@ -265,12 +295,14 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
         row["measured_peak_MB"] = result["peak"] / 1e6
         row["memory_wait_s"] = result.get("wait", 0.0)
     df = pd.DataFrame(rows)
-    for column in ("measured_s", "measured_s_min", "measured_s_max", "measured_peak_MB", "memory_wait_s"):
+    for column in ("measured_s", "measured_s_min", "measured_s_max", "measured_peak_MB", "memory_wait_s",
+                   *(f"{slug}_{side}_s" for slug in TERM_SLUGS.values() for side in ("measured", "predicted"))):
         df[column] = pd.to_numeric(df[column])
     df["measured_over_predicted"] = df.measured_s / df.predicted_s
     df["peak_measured_over_predicted"] = df.measured_peak_MB / df.predicted_peak_MB
     predict = predictor(profile, hw, planned, plans)
     expected = _relative_accuracy(df, results, repeats, predict)
+    _attribute_last_steps(df, profile, hw, planned, plans, results, predict)
     karma = results.get("karma")
     if "karma" in set(df.strategy):
         speedups = {name: None for name in df.strategy}

@@ -16,9 +16,10 @@ from karma.core.storages import storage_key
 from karma.plan.plan import from_policies
 from karma.profile.analytic import analytic_profile
 from karma.profile.measured import measured_profile
+from karma.report.tables import step_terms_markdown, step_terms_rows
 from karma.runtime.copies import copy_into, to_device, to_host
 from karma.runtime.cuda import CudaRunner
-from karma.runtime.emulation import EmulatedRunner, default_link_bandwidth, run_steps, validate
+from karma.runtime.emulation import TERM_SLUGS, EmulatedRunner, default_link_bandwidth, run_steps, validate
 from karma.runtime.execute import make_optimizer, pools_by_stream, train_step
 from karma.runtime.gpu_check import main
 from karma.runtime.ledger import DeviceOOM, Ledger, LiveTracker
@@ -169,6 +170,15 @@ def test_validate_compares_every_strategy_with_its_prediction():
     assert (ran.measured_peak_MB <= capacity / 1e6).all()
     assert table.source.str.contains("measured on cpu-emulated").all()
     assert table.rates.str.contains("host optimizer").all()
+    # the last timed step, term by term (karma/runtime/attribution.py), beside the prediction at its speed
+    measured = ran[[f"{slug}_measured_s" for slug in TERM_SLUGS.values()]].sum(axis=1)
+    predicted = ran[[f"{slug}_predicted_s" for slug in TERM_SLUGS.values()]].sum(axis=1)
+    assert (measured > 0).all() and (predicted > 0).all() and (ran.terms_processor_speed > 0).all()
+    terms = step_terms_rows(table)
+    assert len(terms) == len(ran) * len(TERM_SLUGS)
+    for _, part in terms.groupby("strategy"):
+        assert part.difference_s.sum() == pytest.approx(part.measured_s.sum() - part.predicted_s.sum())
+    assert "## wrn28-10" in step_terms_markdown(terms)
 
 
 def test_validate_writes_a_table_when_every_plan_runs_out():

@@ -56,6 +56,8 @@ rule runtime_table:
         md="results/tables/measured_vs_predicted.md",
         figure=report("results/figures/measured_vs_predicted.png", caption="../report/measured_vs_predicted.rst",
                       category="2. Runtime on this machine (measured)"),
+        terms_csv="results/tables/measured_vs_predicted_terms.csv",
+        terms_md="results/tables/measured_vs_predicted_terms.md",
     log:
         "logs/runtime_table.log",
     conda:

@@ -10,7 +10,7 @@ from _log import logged  # noqa: E402
 
 from karma.report.figures import measured_vs_predicted_figure  # noqa: E402
 from karma.report.regress import PEAK_BELOW_TARGET, PEAK_TARGET, STEP_SCALE_TARGET, STEP_TIME_TARGET  # noqa: E402
-from karma.report.tables import markdown_report  # noqa: E402
+from karma.report.tables import markdown_report, step_terms_markdown, step_terms_rows  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
@@ -43,7 +43,11 @@ with logged(sm):
         "Rates of this machine the predictions use (karma/runtime/rates.py), per model's run:",
         "",
         *[f"* {model}: {rates}" for model, rates in table.groupby("model", sort=False).rates.first().items()],
-    ], table.drop(columns=["rates"]))
+    ], table.drop(columns=["rates", "terms_processor_speed", *(c for c in table if c.endswith(("_measured_s",
+                                                                                            "_predicted_s")))]))
     Path(sm.output.md).write_text(text)
     measured_vs_predicted_figure(table, Path(sm.output.figure))
+    terms = step_terms_rows(table)
+    terms.to_csv(sm.output.terms_csv, index=False)
+    Path(sm.output.terms_md).write_text(step_terms_markdown(terms))
     print(text)
