@@ -27,7 +27,7 @@ IMAGES = {"input": "3x32x32", "set": {"num_classes": 10}}
 #: Six torchvision families (residual, inverted residual, dense blocks: cut only between them,
 #: squeeze-excitation with stochastic depth, fire modules, channel shuffle) and three transformers types.
 SPECS = {
-    "torchvision:resnet18": IMAGES,
+    "torchvision:resnet18": {**IMAGES, "units": 5},  # merged: more pieces than units
     "torchvision:mobilenet_v2": IMAGES,
     "torchvision:densenet121": IMAGES,
     "torchvision:efficientnet_b0": IMAGES,
