@@ -138,6 +138,38 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def error_bands(runtime: pd.DataFrame) -> dict[str, float]:
+    """Per model measured on this machine (results/tables/measured_vs_predicted.csv): the performance model's
+    worst error on that model, the largest |measured / predicted - 1| of any strategy's step within its repeat
+    (column measured_over_predicted_rel, the median over the repeats; docs/runtime.md)."""
+    ran = runtime[runtime.measured_over_predicted_rel.notna()] if "measured_over_predicted_rel" in runtime else \
+        runtime.iloc[0:0]
+    return {model: float((part.measured_over_predicted_rel - 1).abs().max())
+            for model, part in ran.groupby("model", sort=False)}
+
+
+def verdict(speedup: float | None, band: float | None) -> str:
+    """'win', 'tie' or 'loss' of KARMA against the strongest baseline: a predicted margin within the model's
+    measured error band is a tie (docs/design.md, Fair comparison); where the error was not measured, says so."""
+    if speedup is None or pd.isna(speedup):
+        return "only KARMA fits"
+    if band is None or pd.isna(band):
+        return ("win" if speedup >= 1 - 1e-9 else "loss") + ", model error not measured"
+    if abs(speedup - 1) <= band:
+        return "tie"
+    return "win" if speedup > 1 else "loss"
+
+
+def with_margins(summ: pd.DataFrame, bands: dict[str, float]) -> pd.DataFrame:
+    """The summary with the model's measured error band per model (`model_error_measured`, where it was
+    measured) and KARMA's `verdict` against the strongest baseline."""
+    out = summ.copy()
+    out["model_error_measured"] = out.model.map(bands).astype(float)
+    out["verdict"] = [verdict(s, b) for s, b in zip(out.speedup_over_strongest, out.model_error_measured,
+                                                     strict=True)]
+    return out
+
+
 def headline(table: pd.DataFrame, summ: pd.DataFrame) -> dict:
     """The claims side by side with the paper's: against the strongest baseline per model."""
     rest = table[(table.strategy != "karma") & table.karma_speedup.notna()
@@ -151,4 +183,5 @@ def headline(table: pd.DataFrame, summ: pd.DataFrame) -> dict:
         "models_over_bound_target": ", ".join(f"{r.model} ({r.karma_over_bound:.3f}: {r.over_bound_blame})"
                                              for r in over.itertuples()),
         "models_where_karma_is_not_fastest": int((summ.speedup_over_strongest < 1 - 1e-9).sum()),
+        "verdicts": ", ".join(f"{r.model} {r.verdict}" for r in summ.itertuples()) if "verdict" in summ else "",
     }

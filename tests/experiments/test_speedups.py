@@ -4,6 +4,7 @@ for a plan over 1.05 of the bound, whose fault it is from the long search `compa
 from unittest import mock
 
 import pandas as pd
+import pytest
 
 from karma.core.hardware import load
 from karma.experiments import speedups
@@ -60,3 +61,19 @@ def test_compare_runs_the_long_search_only_for_a_plan_over_the_target():
             mock.patch.object(speedups, "LONG_SEARCH_UNITS", 3), mock.patch.object(speedups, "long_search") as long:
         table, _ = speedups.compare(profile, hw, ["karma"])
     assert not long.called and table.long_search_s.isna().all()  # too long a chain: the note says what to run
+
+
+def test_a_margin_within_the_models_measured_error_is_a_tie():
+    runtime = pd.DataFrame([
+        {"model": "m", "strategy": "karma", "measured_over_predicted_rel": 1.04},
+        {"model": "m", "strategy": "rotor", "measured_over_predicted_rel": 0.97},
+        {"model": "other", "strategy": "karma", "measured_over_predicted_rel": None}])
+    bands = speedups.error_bands(runtime)
+    assert bands == {"m": pytest.approx(0.04)}
+    assert speedups.verdict(1.03, 0.04) == "tie" and speedups.verdict(0.97, 0.04) == "tie"
+    assert speedups.verdict(1.05, 0.04) == "win" and speedups.verdict(0.95, 0.04) == "loss"
+    assert speedups.verdict(1.05, None) == "win, model error not measured"
+    assert speedups.verdict(None, 0.04) == "only KARMA fits"
+    summ = speedups.with_margins(speedups.summary(_table(1.0, None)), bands)  # rotor 1.1 over KARMA's 1.0
+    assert summ.verdict.tolist() == ["win"] and summ.model_error_measured.tolist() == [pytest.approx(0.04)]
+    assert speedups.with_margins(speedups.summary(_table(1.07, None)), bands).verdict.tolist() == ["tie"]

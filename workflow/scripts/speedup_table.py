@@ -8,17 +8,20 @@ import pandas as pd
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
-from karma.experiments.speedups import headline, summary  # noqa: E402
+from karma.experiments.speedups import error_bands, headline, summary, with_margins  # noqa: E402
 from karma.report.figures import speedup_figure  # noqa: E402
 from karma.report.tables import to_markdown  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
-    table = pd.concat([pd.read_csv(p) for p in sm.input], ignore_index=True)
+    table = pd.concat([pd.read_csv(p) for p in sm.input.strategies], ignore_index=True)
     summ = summary(table)
     # your own models (config extra_models) get rows, but the headline and the paper's claims are the paper's models'
     paper = list(getattr(sm.params, "paper_models", summ.model))
     summ["experiment"] = ["paper" if m in paper else "extra model" for m in summ.model]
+    runtime = getattr(sm.input, "runtime", [])
+    runtime = [runtime] if isinstance(runtime, str) else list(runtime)
+    summ = with_margins(summ, error_bands(pd.read_csv(runtime[0])) if runtime else {})
     head = headline(table[table.model.isin(paper)], summ[summ.experiment == "paper"])
     table.to_csv(sm.output.csv, index=False)
     summ.to_csv(sm.output.summary, index=False)
@@ -49,6 +52,9 @@ with logged(sm):
         f"* worst KARMA plan / sound lower bound: {head['worst_karma_over_bound']:.3f} (target <= 1.05; over it: "
         f"{head['models_over_bound_target'] or 'none'})",
         f"* models where KARMA is slower than a baseline: {head['models_where_karma_is_not_fastest']}",
+        f"* verdicts, a margin within the model's error measured on this machine being a tie (column "
+        f"`model_error_measured`: the worst |measured / predicted - 1| of any strategy's step on that model, "
+        f"results/tables/measured_vs_predicted.md): {head['verdicts']}",
         "",
         "## Per model",
         "",
