@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from karma.core.errors import KarmaError, read_text
-from karma.core.files import write_atomic
+from karma.core.errors import KarmaError
+from karma.core.files import read_text, write_atomic
 from karma.report.regress import FAILING, SHOWN, collect, compare, summary
 from karma.report.tables import to_markdown
 

@@ -9,10 +9,8 @@ unreadable, not UTF-8: one line) and every number in it through `number`
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
-from pathlib import Path
 
 
 class KarmaError(ValueError):
@@ -66,32 +64,3 @@ def text(value, name: str) -> str:
     if not isinstance(value, str):
         raise KarmaError(f"field '{name}' must be a string, got {value!r:.60}")
     return value
-
-
-def read_text(path, kind: str) -> str:
-    """The text of a user's file; missing, a directory, unreadable, empty or not UTF-8 is one KarmaError line."""
-    path = Path(path)
-    if not path.exists():
-        raise KarmaError(f"{kind} file not found: {path}")
-    if path.is_dir():
-        raise KarmaError(f"{path}: is a directory, not a {kind} file")
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise KarmaError(f"{path}: cannot read the {kind} file ({err.strerror or err})") from None
-    if not raw.strip():
-        raise KarmaError(f"{path}: empty {kind} file")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise KarmaError(f"{path}: not a UTF-8 text file (byte {err.start}), not a {kind} file") from None
-
-
-def read_json(path, kind: str):
-    """The parsed JSON of a user's file; a file read_text refuses or broken JSON is one KarmaError line."""
-    try:
-        return json.loads(read_text(path, kind))
-    except json.JSONDecodeError as err:
-        raise KarmaError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-    except RecursionError:
-        raise KarmaError(f"{path}: not valid JSON (nested too deeply)") from None

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from karma.core.errors import KarmaError, number, read_text, text
+from karma.core.errors import KarmaError, number, text
+from karma.core.files import read_text
 
 PRESET_DIR = Path(__file__).parents[1] / "presets"
 

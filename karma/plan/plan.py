@@ -32,7 +32,8 @@ import json
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from karma.core.errors import KarmaError, number, read_json, text
+from karma.core.errors import KarmaError, number, text
+from karma.core.files import read_json
 
 VERSION = 1
 POLICIES = ("keep", "swap", "recompute")

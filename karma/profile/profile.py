@@ -22,7 +22,8 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from functools import cached_property
 from pathlib import Path
 
-from karma.core.errors import KarmaError, choose, number, read_json, text
+from karma.core.errors import KarmaError, choose, number, text
+from karma.core.files import read_json
 
 VERSION = 3
 #: bytes of optimizer state per byte of weights (SGD with momentum: the momentum
