@@ -84,3 +84,16 @@ def test_a_measured_step_splits_into_the_same_terms():
     text = report(attribute(step.timeline, step.time, step.timeline, step.time),
                   block_differences(step.timeline, step.timeline))
     assert "waits between compute operations" in text and "busy d2h: swap out" in text
+
+
+def test_waiting_for_a_copy_back_is_a_wait_not_backward_compute():
+    """On a slow link the backward of a swapped block waits for its prefetch: the runtime records that as a
+    gap on the compute queue, as the simulator does, not as backward compute."""
+    chain = build("resnet50", "tiny", seed=1)
+    plan = from_policies(chain.name, chain.batch, ["swap"] * len(chain), prefetch_depth=1)
+    fast = run_steps(chain, plan, math.inf, 1e12, 1)[1][-1]
+    link = max(fast.bytes_h2d, 1) / 0.3  # the copies back take about 0.3 s in all
+    slow = run_steps(chain, plan, math.inf, link, 1)[1][-1]
+    terms = step_terms(slow.timeline, slow.time)
+    assert terms["waits between compute operations"] > 0.1
+    assert terms["backward and recompute"] < step_terms(fast.timeline, fast.time)["backward and recompute"] + 0.1
