@@ -54,9 +54,9 @@ def test_a_replay_that_finds_another_plan_or_lacks_the_rates_says_so(run):
 
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, raises=DeviceOOM, reason=(
-    "known: the simulator under-predicts this layer plan's backward of block 11 (a recompute block with its "
-    "checkpoint on the host, units layer1_2_bn1..add, after a swapped block that saves the same skip) by one "
-    "16.8 MB storage; docs/measurements/README.md, 'A reach plan that runs out'"))
+    "known: the simulator under-predicts this layer plan's memory at the start of block 11's backward (a "
+    "recompute block with its checkpoint on the host after a swapped block); docs/measurements/README.md, "
+    "'A reach plan that runs out'"))
 def test_the_reach_plan_of_a_run_that_ran_out_fits_when_replayed():
     """A pipeline run's reach case (resnet50 small, layer units, batch 64), saved with the profile it was
     planned on: the plan the simulator predicts at 78.9 MB of 87.1 MB must run in the capacity."""
