@@ -40,6 +40,9 @@ timeline (allocated at the start of an op, freed at the end, karma/sim/schedule.
   returns: counted only to the unit reading it, ResNet-50's layer chain at a 21-unit block runs about
   10% over the prediction), then
   as long as a unit of the block saves it (the block's own end if nothing is saved: never unpacked).
+  What is held through a recompute of no duration (a measured profile can cost one at nothing: that copy
+  through the block's last, an output made again through its reader's) is freed after the allocations of
+  the instant it ends, since the recompute still runs with its inputs alive (tests/runtime/test_replay.py).
 
 The union of a storage's intervals is what it costs. The timeline does not depend on memory,
 so the intervals are collected after the simulation and added to the schedule before its
@@ -76,31 +79,35 @@ class OpTimes:
 
 
 class _Holds:
-    """Intervals per storage key; their union is allocated and freed on the schedule."""
+    """Intervals per storage key; their union is allocated and freed on the schedule. An interval that
+    holds its storage *through* the op it ends with (`through`) is freed after that instant's allocations,
+    so that it meets what that op allocates even when the op takes no time (a recompute the measured
+    profile costs at nothing still runs, with its inputs alive)."""
 
     def __init__(self):
-        self.spans: dict[object, list[tuple[float, float, int]]] = {}
+        self.spans: dict[object, list[tuple[float, float, int, bool]]] = {}
 
-    def add(self, key, start: float, end: float, block: int) -> None:
-        self.spans.setdefault(key, []).append((start, max(start, end), block))
+    def add(self, key, start: float, end: float, block: int, through: bool = False) -> None:
+        self.spans.setdefault(key, []).append((start, max(start, end), block, through))
 
     def to(self, s: Schedule, size: dict[int, int]) -> None:
         for key, spans in self.spans.items():
             nbytes = size[key if isinstance(key, int) else key[1]]
             spans.sort()
-            start, end, block = spans[0]
-            for a, b, k in spans[1:]:
+            start, end, block, through = spans[0]
+            for a, b, k, th in spans[1:]:
                 if a <= end:
+                    through = th if b > end else (through or th) if b == end else through
                     end = max(end, b)
                     continue
-                _hold(s, start, end, nbytes, block)
-                start, end, block = a, b, k
-            _hold(s, start, end, nbytes, block)
+                _hold(s, start, end, nbytes, block, through)
+                start, end, block, through = a, b, k, th
+            _hold(s, start, end, nbytes, block, through)
 
 
-def _hold(s: Schedule, start: float, end: float, nbytes: float, block: int) -> None:
+def _hold(s: Schedule, start: float, end: float, nbytes: float, block: int, through: bool = False) -> None:
     s.alloc(start, nbytes, block)
-    s.release(end, nbytes, block, after_allocs=end == start)
+    s.release(end, nbytes, block, after_allocs=through or end == start)
 
 
 def hold_boundary_storages(profile: Profile, plan: Plan, s: Schedule, t: OpTimes, swap_out_end: list[float],
@@ -164,6 +171,13 @@ def _swapped(holds: _Holds, k: int, plan: Plan, units, saved: list[set], lent: l
         holds.add(("back", sid, owner), t.prefetch_start[k], t.weights_done[min(readers)], k)
 
 
+def _instant(t: OpTimes, i: int) -> bool:
+    """Unit i's recompute took no time (a measured profile can cost it at nothing): what it allocates comes
+    at the instant it ends, so what is held through it must be freed after that instant's allocations."""
+    span = t.recompute[i]
+    return span is not None and span[0] == span[1]
+
+
 def _recomputed(holds: _Holds, k: int, plan: Plan, units, inputs: list[set], outputs: list[set],
                 reader: dict[int, int], t: OpTimes, ckpt_out_end: list[float]) -> None:
     """A recomputed block's holds: its checkpoint, and what its recompute makes again."""
@@ -177,7 +191,7 @@ def _recomputed(holds: _Holds, k: int, plan: Plan, units, inputs: list[set], out
             # storage) live until the recompute returns, then only by units saving it (above); never
             # unpacked when the block saves nothing, held until the block's backward is over
             last = t.recompute[b.stop - 1][1] if savers else end
-            holds.add(("ckpt", sid, k), t.prefetch_start[k], last, k)
+            holds.add(("ckpt", sid, k), t.prefetch_start[k], last, k, through=bool(savers) and _instant(t, b.stop - 1))
         elif savers:
             holds.add(sid, t.block_start[k], end, k)
     inside = {sid for i in b.units for sid in units[i].boundary_saved}
@@ -186,4 +200,4 @@ def _recomputed(holds: _Holds, k: int, plan: Plan, units, inputs: list[set], out
             if i == b.stop - 1 and sid not in inside and not units[i].recompute_remakes_output:
                 continue  # not made again (the recompute stops after the last saved tensor; see the docstring)
             last = min(reader.get(sid, i), b.stop - 1)
-            holds.add(sid, t.recompute[i][0], t.recompute[last][1], k)
+            holds.add(sid, t.recompute[i][0], t.recompute[last][1], k, through=_instant(t, last))
