@@ -76,3 +76,13 @@ def inner_imports(path: Path) -> list[str]:
 def test_functions_import_only_heavy_optional_dependencies():
     files = [f for p in (*PACKAGES, "workflow/scripts") for f in sorted((ROOT / p).rglob("*.py"))]
     assert [where for f in files for where in inner_imports(f)] == []
+
+
+def test_workflow_scripts_import_at_the_top():
+    """Nothing imported inside a script's `with logged(...)` block either (no layer is hidden there)."""
+    found = []
+    for f in sorted((ROOT / "workflow/scripts").glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom) and node.col_offset > 0:
+                found.append(f"{f.relative_to(ROOT)}:{node.lineno}")
+    assert found == []

@@ -14,7 +14,8 @@ import pandas as pd
 from karma.experiments.speedups import geomean
 
 
-def _verdict(ok: bool, partly: bool = False) -> str:
+def claim_verdict(ok: bool, partly: bool = False) -> str:
+    """A claim's verdict on its shape: reproduced, partly reproduced or not reproduced."""
     return "reproduced" if ok else ("partly reproduced" if partly else "not reproduced")
 
 
@@ -37,13 +38,13 @@ def claims(tables: str | Path) -> pd.DataFrame:
                  f"{best:.2f}x geomean over the strongest capacity-aware baseline per model (KARMA at least as "
                  f"fast on {wins} of {len(speed)}); {geomean(speed.geomean_speedup_without_vdnn):.2f}x geomean over "
                  f"every baseline that fits, vDNN left out{margins}",
-                 speed.source.iloc[0], _verdict(best >= 1.4, wins == len(speed))))
+                 speed.source.iloc[0], claim_verdict(best >= 1.4, wins == len(speed))))
     measured = runtime[(runtime.status == "ok") & (runtime.strategy != "karma")]
     if len(measured):
         per_model = measured.groupby("model").karma_speedup_measured.min()
         rows.append(("KARMA's plan is the fastest (measured, small presets, emulated device)", "(not in the paper)",
                      ", ".join(f"{m}: {v:.2f}x over the fastest baseline" for m, v in per_model.items()),
-                     runtime.source.iloc[0], _verdict(bool((per_model >= 1).all()))))
+                     runtime.source.iloc[0], claim_verdict(bool((per_model >= 1).all()))))
     top = scaling[scaling.gpus == scaling.gpus.max()]
     pipe = top[top.strategy == "karma out-of-core, pipelined"]
     naive = top[top.strategy == "karma out-of-core, naive"]
@@ -51,7 +52,7 @@ def claims(tables: str | Path) -> pd.DataFrame:
                  f"up to {int(top.gpus.max())} GPUs", "scaling on ABCI to 2048 GPUs",
                  f"weak-scaling efficiency {pipe.efficiency.min():.2f}-{pipe.efficiency.max():.2f} pipelined, "
                  f"{naive.efficiency.min():.2f}-{naive.efficiency.max():.2f} naive",
-                 top.source.iloc[0], _verdict(pipe.efficiency.min() >= 0.9)))
+                 top.source.iloc[0], claim_verdict(pipe.efficiency.min() >= 0.9)))
     for r in nlp.itertuples():
         ratio = r.karma_over_best_mp_geomean
         precision = getattr(r, "precision", "fp32")
@@ -63,5 +64,5 @@ def claims(tables: str | Path) -> pd.DataFrame:
                      f"{r.node_counts_compared} node counts; range {r.karma_over_best_mp_min:.2f}-"
                      f"{r.karma_over_best_mp_max:.2f}); fits from {r.karma_min_nodes} node(s), Megatron from "
                      f"{r.megatron_min_nodes}{held}",
-                     r.source, _verdict(ratio > 1)))
+                     r.source, claim_verdict(ratio > 1)))
     return pd.DataFrame(rows, columns=["claim", "paper", "ours", "source", "verdict"])

@@ -15,16 +15,18 @@ from pathlib import Path
 import pandas as pd
 
 from karma.experiments.speedups import EXCLUDED_FROM_MEAN, geomean, verdict
+from karma.experiments.speedups import error_bands as runtime_error_bands
+from karma.report.claims import claim_verdict
 
 BLOCKS = ("speedups", "claims")
 
 
 def error_bands(metrics: pd.DataFrame) -> dict[str, float]:
-    """Per model measured in the reference run: the largest |measured / predicted - 1| of any strategy's step
-    within its repeat (as karma.experiments.speedups.error_bands reads the runtime table)."""
+    """Per model measured in the reference run, its error band (karma.experiments.speedups.error_bands) from the
+    tracked step-within-repeat ratios."""
     rel = metrics[metrics.metric.str.match(r"runtime/[^/]+/[^/]+/step_over_predicted_within_repeat$")]
-    models = rel.metric.str.split("/").str[1]
-    return {m: float((part.value - 1).abs().max()) for m, part in rel.groupby(models, sort=False)}
+    return runtime_error_bands(pd.DataFrame({"model": rel.metric.str.split("/").str[1].to_numpy(),
+                                              "measured_over_predicted_rel": rel.value.to_numpy()}))
 
 
 def results_table(metrics: pd.DataFrame) -> str:
@@ -59,10 +61,6 @@ def results_table(metrics: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _verdict(ok: bool, partly: bool = False) -> str:
-    return "reproduced" if ok else ("partly" if partly else "not reproduced")
-
-
 def claims_table(metrics: pd.DataFrame) -> str:
     """Markdown: the paper's four claims (docs/paper.md), what the reference run gives, and a verdict."""
     value = metrics.set_index("metric").value
@@ -90,16 +88,16 @@ def claims_table(metrics: pd.DataFrame) -> str:
         ("1.52x average speedup over out-of-core methods, six models",
          f"{best:.3f}x geomean over the strongest baseline; KARMA at least as fast on {wins} of {len(speedups)}"
          f"{margins}",
-         "simulated, v100-abci", _verdict(best >= 1.4, wins == len(speedups))),
+         "simulated, v100-abci", claim_verdict(best >= 1.4, wins == len(speedups))),
         ("KARMA's plan is the fastest when run (not in the paper)",
          ", ".join(f"{m} {v:.3f}x" for m, v in per_model.items()) + " over the fastest baseline",
-         "measured, emulated device", _verdict(bool(len(per_model)) and bool((per_model >= 1).all()))),
+         "measured, emulated device", claim_verdict(bool(len(per_model)) and bool((per_model >= 1).all()))),
         ("out-of-core data parallel scales to 2048 GPUs (pipelined exchange, host updates)",
          f"weak-scaling efficiency {efficiency.min():.2f}-{efficiency.max():.2f} at 2048 GPUs",
-         "simulated, v100-abci", _verdict(efficiency.min() >= 0.9)),
+         "simulated, v100-abci", claim_verdict(efficiency.min() >= 0.9)),
         ("data parallel out of core beats hybrid model parallelism on large NLP models",
          ", ".join(f"{k.split('/')[1]} {v:.2f}x" for k, v in nlp.items()) + " the best Megatron layout (fp16)",
-         "simulated, v100-abci", _verdict(bool((nlp > 1).all()), bool((nlp > 1).any()))),
+         "simulated, v100-abci", claim_verdict(bool((nlp > 1).all()), bool((nlp > 1).any()))),
     ]
     lines = ["| claim | ours | source | verdict |", "|---|---|---|---|"]
     lines += [f"| {c} | {o} | {src} | {v} |" for c, o, src, v in rows]

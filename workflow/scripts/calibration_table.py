@@ -6,11 +6,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
+from karma.experiments.calibration import FIT_ROWS, TOLERANCE, table  # noqa: E402
+from karma.report.tables import markdown_report  # noqa: E402
+
 sm = snakemake  # noqa: F821
 with logged(sm):
-    from karma.experiments.calibration import FIT_ROWS, TOLERANCE, table
-    from karma.report.tables import markdown_report
-
     rows = table(progress=lambda line: print(line, flush=True))
     out = rows.drop(columns=["key"]).rename(columns={"verdict": f"within_{TOLERANCE:.0%}"})
     out.to_csv(sm.output.csv, index=False)

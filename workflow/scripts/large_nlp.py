@@ -6,14 +6,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
+from karma.core.hardware import load  # noqa: E402
+from karma.experiments.large_nlp import compare  # noqa: E402
+from karma.plan.plan import Plan  # noqa: E402
+from karma.profile.profile import Profile  # noqa: E402
+from karma.report.tables import to_markdown  # noqa: E402
+
 sm = snakemake  # noqa: F821
 with logged(sm):
-    from karma.core.hardware import load
-    from karma.experiments.large_nlp import compare
-    from karma.plan.plan import Plan
-    from karma.profile.profile import Profile
-    from karma.report.tables import to_markdown
-
     hw = load(sm.params.hardware)
     profile = Profile.from_json(sm.input.profile)
     karma = Plan.from_json(Path(sm.input.plans) / "karma.json")

@@ -4,18 +4,17 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
+import pandas as pd  # noqa: E402
 from _log import logged  # noqa: E402
+
+from karma.core.hardware import load  # noqa: E402
+from karma.experiments.large_nlp import compare  # noqa: E402
+from karma.profile.analytic import analytic_profile  # noqa: E402
+from karma.strategies import run_strategy  # noqa: E402
+from models.registry import build  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
-    import pandas as pd
-
-    from karma.core.hardware import load
-    from karma.experiments.large_nlp import compare
-    from karma.profile.analytic import analytic_profile
-    from karma.strategies import run_strategy
-    from models.registry import build
-
     tables = []
     for name in sm.params.hardware:
         hw = load(name)

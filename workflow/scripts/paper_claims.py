@@ -6,11 +6,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
+from karma.report.claims import claims  # noqa: E402
+from karma.report.tables import markdown_report  # noqa: E402
+
 sm = snakemake  # noqa: F821
 with logged(sm):
-    from karma.report.claims import claims
-    from karma.report.tables import markdown_report
-
     table = claims(Path(sm.input.speedups).parent)
     table.to_csv(sm.output.csv, index=False)
     text = markdown_report("The paper's claims and ours", [

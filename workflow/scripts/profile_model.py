@@ -1,21 +1,21 @@
 """Snakemake script: profile one model (analytic on a preset, or measured here)."""
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
+import torch  # noqa: E402
 from _log import logged  # noqa: E402
 
 from karma.profile.build import make_profile, write_profile  # noqa: E402
-from karma.sim.simulate import in_core_peak_bytes
+from karma.sim.simulate import in_core_peak_bytes  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
     p = sm.params
     device = p.hardware
     if p.source == "measured" and device == "auto":
-        import torch
-
         device = "cuda" if torch.cuda.is_available() else "cpu"
 
     def progress(i, n, name):
@@ -28,8 +28,6 @@ with logged(sm):
                            precision=getattr(p, "precision", "fp32"), policy=getattr(p, "policy", None),
                            options=dict(getattr(p, "options", {}) or {}) or None)
     if getattr(p, "spec", sm.wildcards.model) != sm.wildcards.model:  # an extra model: its name in the tables
-        from dataclasses import replace
-
         profile = replace(profile, model=sm.wildcards.model, note=f"model spec {p.spec} {dict(p.options or {})}")
     write_profile(profile, Path(sm.output.json), Path(sm.output.csv))
     print(f"{profile.model} batch {profile.batch}: in-core peak {in_core_peak_bytes(profile) / 1e9:.3f} GB, "

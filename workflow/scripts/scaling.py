@@ -6,16 +6,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
+from karma.core.hardware import load  # noqa: E402
+from karma.experiments.scaling import sweep  # noqa: E402
+from karma.plan.plan import Plan  # noqa: E402
+from karma.profile.analytic import analytic_profile  # noqa: E402
+from karma.profile.profile import Profile  # noqa: E402
+from karma.report.tables import to_markdown  # noqa: E402
+from models.registry import build  # noqa: E402
+
 sm = snakemake  # noqa: F821
 with logged(sm):
-    from karma.core.hardware import load
-    from karma.experiments.scaling import sweep
-    from karma.plan.plan import Plan
-    from karma.profile.analytic import analytic_profile
-    from karma.profile.profile import Profile
-    from karma.report.tables import to_markdown
-    from models.registry import build
-
     hw = load(sm.params.hardware)
     big = Profile.from_json(sm.input.profile)
     one = analytic_profile(build(big.model, big.size, 1, device="meta"), hw)

@@ -8,18 +8,17 @@ from pathlib import Path
 from karma.sim.simulate import in_core_peak_bytes
 
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
+import torch  # noqa: E402
 from _log import logged  # noqa: E402
+
+from karma.profile.measured import measured_profile  # noqa: E402
+from karma.report.tables import to_markdown  # noqa: E402
+from karma.runtime.emulation import EmulatedRunner, validate  # noqa: E402
+from karma.runtime.rates import cpu_rates  # noqa: E402
+from models import build  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
-    import torch
-
-    from karma.profile.measured import measured_profile
-    from karma.report.tables import to_markdown
-    from karma.runtime.emulation import EmulatedRunner, validate
-    from karma.runtime.rates import cpu_rates
-    from models import build
-
     torch.set_num_threads(1)  # compute on one core, the link's workers on the other (docs/machine.md)
     model, batch, below = sm.wildcards.model, sm.params.batch, sm.params.below
     blocks = measured_profile(build(model, "small", batch), reps=3)

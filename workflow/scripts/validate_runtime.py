@@ -6,18 +6,18 @@ from pathlib import Path
 from karma.sim.simulate import in_core_peak_bytes
 
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
+import torch  # noqa: E402
 from _log import logged  # noqa: E402
+
+from karma.profile.measured import measured_profile  # noqa: E402
+from karma.report.tables import to_markdown  # noqa: E402
+from karma.runtime import cuda  # noqa: E402
+from karma.runtime.emulation import EmulatedRunner, default_link_bandwidth, validate  # noqa: E402
+from karma.runtime.rates import cpu_rates, cuda_rates  # noqa: E402
+from models import build  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):
-    import torch
-
-    from karma.profile.measured import measured_profile
-    from karma.report.tables import to_markdown
-    from karma.runtime.emulation import EmulatedRunner, default_link_bandwidth, validate
-    from karma.runtime.rates import cpu_rates, cuda_rates
-    from models import build
-
     torch.set_num_threads(1)  # compute on one core, the link's workers on the other (docs/machine.md)
     model, batch = sm.wildcards.model, sm.params.batch or None
     device = sm.params.device
@@ -25,8 +25,6 @@ with logged(sm):
         device = "cuda" if torch.cuda.is_available() else "cpu"
     where = "cpu"
     if device == "cuda":
-        from karma.runtime import cuda
-
         where = cuda.require_cuda()
     profile = measured_profile(build(model, "small", batch, device=where), reps=3)
     capacity = in_core_peak_bytes(profile) * sm.params.fraction
