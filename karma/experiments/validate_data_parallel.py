@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         profile = measured_profile(build(args.model, args.size, args.batch, seed=0), reps=2)
         plan = from_policies(args.model, args.batch, ["keep"] * len(profile.units), weights="streamed")
         if repeat == 0:
-            rates = cpu_rates(link, profile.optimizer)
+            rates = cpu_rates(link, profile.optimizer, global_chain)
         hw = replace(emulated_hardware(profile, rates, float("inf")),
                      name=f"this machine, {n} MPI ranks", gpus_per_node=n, intra_node_bw=network_bw or beta,
                      intra_node_latency=alpha, host_update_bw=host_bw or rates.host_update)

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     hidden = spec(args.model).sizes[args.size]["hidden"]
     alpha, beta = calibrate_allreduce(comm)
     global_chain = build(args.model, args.size, args.global_batch, seed=0)
-    rates = cpu_rates(float("inf"), global_chain.optimizer)
+    rates = cpu_rates(float("inf"), global_chain.optimizer, global_chain)
     layouts = (1, n)
     profiles = {tp: measured_profile(shard_chain(build(args.model, args.size, args.global_batch * tp // n, seed=0),
                                                  comm.rank % tp, tp), reps=3) for tp in layouts}

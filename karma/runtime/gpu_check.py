@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                 gc.collect()
                 torch.cuda.empty_cache()
             print(f"{model}: profiled ({time.perf_counter() - start:.0f} s)", flush=True)
-            rates = cuda_rates(device, profile.optimizer)  # uncapped too: the runs are other processes
+            rates = cuda_rates(device, profile.optimizer, build(model, args.size, device="meta"))  # uncapped
             print(f"{model}: {rates.describe()}", flush=True)
             runner = cuda.CudaRunner(model, args.size, None, capacity, args.steps)
             table = validate(profile, args.strategies, capacity, rates, runner)

@@ -6,12 +6,13 @@ the device's memory bandwidth (the device optimizer step) and the host optimizer
 
 * link: pinned copies on CUDA, each direction apart (an H200's d2h is not its h2d); on the CPU
   the emulated link, whose bandwidth is set, not measured (docs/design.md, Measured versus simulated);
-* host update: the chain's own optimizer (karma/runtime/optim.py) stepping a block of weights on
-  a host thread with as many intra-op threads as HostWeights gets (one on the emulated device,
-  the cores a GPU's host can spare on CUDA); bytes touched per second (simulate.optimizer_traffic_bytes:
-  (3 + 2k) x weight bytes). The preset's 45 GB/s is a whole ABCI node's STREAM share; one thread of
-  a single-tensor Adam reaches a fraction of it (with the preset's figure the model predicts KARMA's
-  streamed WRN-28-10 on an H200 far too fast: docs/measurements/README.md).
+* optimizer steps: the chain's own optimizer (karma/runtime/optim.py) stepping weights of the chain's
+  own shapes (measure_update): the host's updates block by block on a host thread with as many
+  intra-op threads as HostWeights gets (one on the emulated device, the cores a GPU's host can spare
+  on CUDA), the emulated device's step over all of them at once; bytes touched per second
+  (simulate.optimizer_traffic_bytes: (3 + 2k) x weight bytes). The preset's 45 GB/s is a whole ABCI
+  node's STREAM share; one thread of a single-tensor Adam reaches a fraction of it (with the preset's
+  figure the model predicts KARMA's streamed WRN-28-10 on an H200 far too fast: docs/measurements/README.md).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from karma.runtime import cuda
 from karma.runtime.optim import new_optimizer
 from karma.sim.simulate import optimizer_traffic_bytes
+from models.chain import ChainModel
 
 
 @dataclass(frozen=True)
@@ -45,39 +47,84 @@ class Rates:
                 f"(measured)")
 
 
-def measure_host_update(optimizer: str, nbytes: int = 128 << 20, reps: int = 3, threads: int = 1) -> float:
-    """Bytes/s the runtime's host optimizer streams: `optimizer` stepping `nbytes` of fp32 weights
-    (a block's worth: 128 MB is about one Megatron-1.2B layer) on a thread of its own with
-    `threads` intra-op threads (karma/runtime/streamed.py, _step), its gradient already in memory."""
-    weight = torch.nn.Parameter(torch.zeros(nbytes // 4))
-    weight.grad = torch.full_like(weight, 1e-3)
-    opt = new_optimizer(optimizer, [weight])
+def _probe_weights(shapes: list[list[torch.Size]]) -> list[list[torch.nn.Parameter]]:
+    """Zero fp32 weights of the given shapes, each with a small gradient already in memory."""
+    groups = []
+    for group in shapes:
+        params = []
+        for shape in group:
+            weight = torch.nn.Parameter(torch.zeros(shape))
+            weight.grad = torch.full_like(weight, 1e-3)
+            params.append(weight)
+        groups.append(params)
+    return groups
+
+
+def weight_shapes(chain: ChainModel) -> list[list[torch.Size]]:
+    """The shapes of the weights each unit of `chain` owns (a tied weight with its first user), in unit
+    order: what the optimizer steps, block by block on the host or all at once on the device."""
+    seen: set[int] = set()
+    groups = []
+    for unit in chain.units:
+        group = []
+        for p in unit.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                group.append(p.shape)
+        groups.append(group)
+    return groups
+
+
+def measure_update(optimizer: str, shapes: list[list[torch.Size]] | None = None, reps: int = 3, threads: int = 1,
+                   on_thread: bool = True) -> float:
+    """Bytes/s an optimizer step streams (simulate.optimizer_traffic_bytes of the weights it steps): `optimizer`
+    stepping fp32 weights of `shapes`, one optimizer per group in turn (the host's per-block updates) or one
+    group of them all (the device's step), with `threads` intra-op threads, on a thread of its own (the host
+    optimizer, karma/runtime/streamed.py) or on the caller's (the device's step). The weights' own shapes
+    matter: an optimizer step costs per tensor as well as per byte, so a chain of many small tensors
+    (ResNet-50's batch norms) steps slower per byte than one of large matrices, whose tensors may also fit
+    in the cache where a single large probe does not; without `shapes`, one 128 MB tensor (about one
+    Megatron-1.2B layer)."""
+    groups = _probe_weights(shapes if shapes is not None else [[torch.Size([(128 << 20) // 4])]])
+    optimizers = [new_optimizer(optimizer, params) for params in groups if params]
+    nbytes = sum(p.numel() * p.element_size() for params in groups for p in params)
     times: list[float] = []
 
     def run():
-        torch.set_num_threads(threads)
+        if on_thread:
+            torch.set_num_threads(threads)
         for _ in range(reps + 1):
             t0 = time.perf_counter()
-            opt.step()
+            for opt in optimizers:
+                opt.step()
             times.append(time.perf_counter() - t0)
 
-    worker = threading.Thread(target=run, name="host-optimizer-probe")
-    worker.start()
-    worker.join()
+    if on_thread:
+        worker = threading.Thread(target=run, name="optimizer-probe")
+        worker.start()
+        worker.join()
+    else:
+        run()
     return optimizer_traffic_bytes(nbytes, optimizer) / statistics.median(times[1:])
 
 
-def cpu_rates(link_bw: float, optimizer: str) -> Rates:
-    """The emulated device: its link as set (both ways) and this CPU's optimizer rate, for the host's
-    updates and for the device's own optimizer step alike: the emulated device is this CPU, and its
-    step is the same torch optimizer on one compute thread (a plain copy's rate, 3-4x faster than
-    Adam here, would predict Megatron's steps short)."""
-    rate = measure_host_update(optimizer)
-    return Rates(link_bw, link_bw, rate, rate, "emulated")
+def cpu_rates(link_bw: float, optimizer: str, chain: ChainModel | None = None) -> Rates:
+    """The emulated device: its link as set (both ways) and this CPU's optimizer rates, measured on the
+    weights of `chain` (when given) as the runtime steps them: the host's update block by block on a thread
+    of its own with one intra-op thread, the device's step over every weight at once on this thread with
+    its intra-op threads (the emulated device is this CPU, and its step the same torch optimizer). A plain
+    copy's rate, 3-4x faster than Adam here, would predict Megatron's steps short; a single 128 MB probe
+    predicted Megatron-1.2B's device step 2.5x long and ResNet-50's short (docs/measurements/README.md)."""
+    shapes = weight_shapes(chain) if chain is not None else None
+    host = measure_update(optimizer, shapes)
+    device = measure_update(optimizer, [[s for group in shapes for s in group]] if shapes else None, on_thread=False)
+    return Rates(link_bw, link_bw, device, host, "emulated")
 
 
-def cuda_rates(device: torch.device, optimizer: str) -> Rates:
-    """A real GPU: pinned copies each way, device-to-device copies, the host optimizer."""
+def cuda_rates(device: torch.device, optimizer: str, chain: ChainModel | None = None) -> Rates:
+    """A real GPU: pinned copies each way, device-to-device copies, the host optimizer (on the weights
+    of `chain` when given, block by block, as cpu_rates)."""
+    shapes = weight_shapes(chain) if chain is not None else None
     return Rates(cuda.measure_link(device, "h2d"), cuda.measure_link(device, "d2h"),
-                 cuda.measure_memory_bandwidth(device), measure_host_update(optimizer, threads=cuda.host_threads()),
-                 "measured")
+                 cuda.measure_memory_bandwidth(device),
+                 measure_update(optimizer, shapes, threads=cuda.host_threads()), "measured")

@@ -56,9 +56,9 @@ def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None =
     profile = measured_profile(build(model, size, batch, seed=1, device=gpu or "cpu", precision=precision,
                                      overrides=options), reps=2)
     if gpu is not None:
-        rates = cuda_rates(gpu, chain.optimizer)
+        rates = cuda_rates(gpu, chain.optimizer, chain)
     else:
-        rates = cpu_rates(link_bw or default_link_bandwidth(profile), chain.optimizer)
+        rates = cpu_rates(link_bw or default_link_bandwidth(profile), chain.optimizer, chain)
     if capacity_bytes is None:
         if not capacity_fraction or capacity_fraction <= 0:
             raise KarmaError("give a positive capacity (fraction of the in-core footprint, or bytes)")

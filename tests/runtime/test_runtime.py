@@ -24,7 +24,7 @@ from karma.runtime.execute import make_optimizer, pools_by_stream, train_step
 from karma.runtime.gpu_check import main
 from karma.runtime.ledger import DeviceOOM, Ledger, LiveTracker
 from karma.runtime.link import EmulatedLink
-from karma.runtime.rates import Rates, cpu_rates, measure_host_update
+from karma.runtime.rates import Rates, cpu_rates, measure_update, weight_shapes
 from karma.runtime.saved import SavedTensors
 from karma.runtime.streamed import HostWeights
 from karma.sim.simulate import in_core_peak_bytes, simulate
@@ -204,8 +204,20 @@ def test_validate_writes_a_table_when_every_plan_runs_out():
 def test_the_host_optimizer_rate_is_measured_with_the_runtimes_optimizer(optimizer):
     """Bytes touched per second by one host thread; Adam touches 7 values per weight, SGD 5, so a
     step of the same weights takes Adam longer but its rate stays the same order."""
-    rate = measure_host_update(optimizer, nbytes=4 << 20, reps=2)
+    rate = measure_update(optimizer, [[torch.Size([1 << 20])]], reps=2)
     assert 1e7 < rate < 1e12
+
+
+def test_optimizer_rates_are_measured_on_the_chains_own_weights():
+    """The probe steps weights of the chain's shapes, each owned weight once (a GPT's tied head with the
+    embedding), in one group per unit; the device's rate over all of them at once."""
+    chain = build("megatron-1.2b", "tiny", seed=0)
+    shapes = weight_shapes(chain)
+    assert len(shapes) == len(chain)
+    distinct = {id(p): p.numel() for p in chain.units.parameters()}
+    assert sum(s.numel() for group in shapes for s in group) == sum(distinct.values())
+    rates = cpu_rates(1e8, chain.optimizer, chain)
+    assert rates.h2d == rates.d2h == 1e8 and 1e7 < rates.host_update < 1e12 and 1e7 < rates.memory_bw < 1e12
 
 
 @st.composite

@@ -24,8 +24,9 @@ with logged(sm):
     blocks = measured_profile(build(model, "small", batch), reps=3)
     floor = blocks.unit_floor_bytes()
     capacity = floor * below
-    profile = measured_profile(build(model, "small", batch, granularity="layer"), reps=3)
-    rates = cpu_rates(sm.params.link_mbs * 1e6, profile.optimizer)
+    chain = build(model, "small", batch, granularity="layer")
+    profile = measured_profile(chain, reps=3)
+    rates = cpu_rates(sm.params.link_mbs * 1e6, profile.optimizer, chain)
     print(f"{model} small batch {batch}: no plan of its {len(blocks.units)} block units fits under "
           f"{floor / 1e6:.1f} MB (one block's backward alone); capacity {capacity / 1e6:.1f} MB ({below} of it), "
           f"{len(profile.units)} layer units; in-core {in_core_peak_bytes(blocks) / 1e6:.1f} MB; {rates.describe()}")

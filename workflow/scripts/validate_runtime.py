@@ -26,14 +26,15 @@ with logged(sm):
     where = "cpu"
     if device == "cuda":
         where = cuda.require_cuda()
-    profile = measured_profile(build(model, "small", batch, device=where), reps=3)
+    chain = build(model, "small", batch, device=where)
+    profile = measured_profile(chain, reps=3)
     capacity = in_core_peak_bytes(profile) * sm.params.fraction
     if device == "cuda":
-        rates = cuda_rates(where, profile.optimizer)
+        rates = cuda_rates(where, profile.optimizer, chain)
         runner = cuda.CudaRunner(model, "small", batch, capacity, sm.params.steps)
     else:
         link = sm.params.link_mbs * 1e6 if sm.params.link_mbs else default_link_bandwidth(profile)
-        rates = cpu_rates(link, profile.optimizer)
+        rates = cpu_rates(link, profile.optimizer, chain)
         runner = EmulatedRunner(lambda: build(model, "small", batch, seed=1), capacity, link, sm.params.steps)
     print(f"{model} small batch {profile.batch}: {rates.describe()}; capacity {capacity / 1e6:.1f} MB "
           f"({sm.params.fraction} of the in-core {in_core_peak_bytes(profile) / 1e6:.1f} MB)")
