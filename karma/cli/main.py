@@ -169,8 +169,8 @@ def cmd_run(args) -> None:
           f"{result.memory.peak_bytes / 1e6:.1f} MB, h2d {last.bytes_h2d / 1e6:.1f} MB, "
           f"d2h {last.bytes_d2h / 1e6:.1f} MB, loss {last.loss:.4f} [{result.label}]")
     print(f"  predicted {result.predicted.time:.4f} s/step, peak {result.predicted.peak_bytes / 1e6:.1f} MB of "
-          f"{result.predicted.capacity / 1e6:.1f} MB [simulator on the measured profile]; measured/predicted "
-          f"{result.median_time / result.predicted.time:.3f}")
+          f"{result.predicted.capacity / 1e6:.1f} MB [simulator on the measured profile's held-out estimate]; "
+          f"measured/predicted {result.median_time / result.predicted.time:.3f}")
     if args.explain:
         table = attribute(last.timeline, last.time, result.predicted.timeline, result.predicted.time)
         print(f"  where the last step ({last.time:.4f} s) and the prediction differ, term by term:")

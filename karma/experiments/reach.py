@@ -108,8 +108,10 @@ def lerp(a: Profile, c: Profile, batch: int) -> Profile:
             u, v = getattr(x, f.name), getattr(y, f.name)
             if f.name == "name" or f.name in CONSTANT or (isinstance(v, tuple) and len(u) != len(v)):
                 values[f.name] = v
-            elif isinstance(v, tuple):  # boundary storages: (id, bytes) pairs get their bytes interpolated
-                values[f.name] = tuple((q[0], round(p[1] + (q[1] - p[1]) * w)) if isinstance(q, tuple) else q
+            elif isinstance(v, tuple):  # boundary storages: (id, bytes) pairs get their bytes interpolated (held-out
+                # times their values; storage ids stay)
+                values[f.name] = tuple((q[0], round(p[1] + (q[1] - p[1]) * w)) if isinstance(q, tuple)
+                                       else p + (q - p) * w if isinstance(q, float) else q
                                        for p, q in zip(u, v, strict=True))
             else:
                 t = u + (v - u) * w

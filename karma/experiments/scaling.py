@@ -39,6 +39,8 @@ def interpolate(one: Profile, big: Profile, batch: int) -> Profile:
             x, y = getattr(a, f.name), getattr(b, f.name)
             if f.name in CONSTANT or f.name == "boundary_saved":
                 values[f.name] = y
+            elif f.name == "holdout":  # a second estimate of the times, interpolated as they are
+                values[f.name] = tuple(p + (q - p) * w for p, q in zip(x, y, strict=True)) if len(x) == len(y) else y
             elif f.name == "boundary_out":  # storage ids stay, their bytes scale with the batch
                 values[f.name] = tuple((sid, round(m + (n - m) * w)) for (sid, m), (_, n) in zip(x, y, strict=True))
             else:

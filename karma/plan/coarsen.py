@@ -56,7 +56,19 @@ def merge(profile: Profile, start: int, stop: int) -> UnitProfile:
         # a merged backward frees its saved tensors at its end (conservative); one unit is itself
         input_grad_last=first.input_grad_last and stop - start == 1,
         recompute_remakes_output=last.recompute_remakes_output,
+        # the units' noise is independent: spreads add in quadrature
+        forward_spread=sum(u.forward_spread ** 2 for u in units) ** 0.5,
+        backward_spread=sum(u.backward_spread ** 2 for u in units) ** 0.5,
+        holdout=_merged_holdout(units),
     )
+
+
+def _merged_holdout(units) -> tuple[float, ...]:
+    """The held-out times of a merged unit, summed as the times are (merge); none unless every unit has them."""
+    if not all(u.holdout for u in units):
+        return ()
+    return (sum(u.holdout[0] for u in units), sum(u.holdout[1] for u in units),
+            sum(u.holdout[3] for u in units[:-1]) + units[-1].holdout[2], sum(u.holdout[3] for u in units))
 
 
 def balanced_groups(profile: Profile, count: int) -> list[tuple[int, int]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from karma.core.hardware import Hardware
-from karma.profile.chain import profile_chain
+from karma.profile.chain import UnitTimes, profile_chain
 from karma.profile.profile import Profile
 from karma.profile.trace import OpCost
 from models.chain import ChainModel
@@ -41,7 +41,7 @@ def analytic_profile(model: ChainModel, hw: Hardware, progress=None, policy: str
 
     def timer(_unit, _x, _loss, _target, trace):
         # a recompute is the forward again, as the paper's model has it
-        return roofline_time(trace.forward_ops, hw), roofline_time(trace.backward_ops, hw), 0.0, 0.0
+        return UnitTimes(roofline_time(trace.forward_ops, hw), roofline_time(trace.backward_ops, hw))
 
     return profile_chain(model, torch.device("meta"), timer, "analytic", hw.name,
                          "roofline per aten op: launch + max(FLOPs/sustained rate, bytes/memory bandwidth)",

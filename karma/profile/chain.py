@@ -2,14 +2,15 @@
 
 Each unit is traced (karma/profile/trace.py) on the input the previous unit
 produced, then timed by the source's `timer`; identical units (same structure,
-same input shape) are traced and timed once. Parameters shared between units
+same input shape) are traced and timed once, so units of one shape share one time
+(a measured profile's noise cannot make one of them look cheaper than its twins). Parameters shared between units
 (GPT's tied embedding) are owned by the first unit that uses them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -20,10 +21,22 @@ from karma.profile.trace import UnitTrace, next_input, trace_unit, unit_signatur
 from models.boundary import rebuild, tensors
 from models.chain import ChainModel
 
-#: (unit, input, loss or None, target or None, trace) -> (forward s, backward s, a recompute's extra s as the
-#: last unit of its segment and inside one)
-Timer = Callable[[torch.nn.Module, torch.Tensor, Callable | None, object, UnitTrace],
-                 tuple[float, float, float, float]]
+
+@dataclass(frozen=True)
+class UnitTimes:
+    """What a profile source's timer gives for one unit (seconds; UnitProfile says what each means)."""
+
+    forward: float
+    backward: float
+    recompute_extra: float = 0.0  # as the last unit of its recompute segment
+    recompute_inner_extra: float = 0.0  # inside one
+    forward_spread: float = 0.0
+    backward_spread: float = 0.0
+    holdout: tuple[float, ...] = ()  # a second, independent estimate of the four times above
+
+
+#: (unit, input, loss or None, target or None, trace) -> its times
+Timer = Callable[[torch.nn.Module, torch.Tensor, Callable | None, object, UnitTrace], UnitTimes]
 
 
 def weight_bytes(unit: torch.nn.Module, seen: set[int], optimizer: str = "sgd") -> tuple[int, int, int, int]:
@@ -88,7 +101,7 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
     the autocast op lists of a mixed-precision trace on meta (karma.core.precision.MetaAutocast)."""
     x, y = model.make_batch(device=device)
     seen: set[int] = set()
-    cache: dict[tuple, tuple[UnitTrace, float, float]] = {}
+    cache: dict[tuple, tuple[UnitTrace, UnitTimes]] = {}
     units = []
     owner: dict[int, int] = {}  # weight -> the first unit using it
     shared = [0] * len(model.units)
@@ -102,8 +115,8 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
         fresh = key not in cache
         if fresh:
             trace = trace_unit(unit, x, loss, target, model.precision, policy)
-            cache[key] = (trace, *timer(unit, x, loss, target, trace))
-        trace, t_fwd, t_bwd, t_last, t_inner = cache[key]
+            cache[key] = (trace, timer(unit, x, loss, target, trace))
+        trace, times = cache[key]
         output = trace.output if fresh else rebuilt_output(trace, x)
         boundary_out, boundary_saved = ids.unit(x, output, trace, first=i == 0, last=last)
         params, buffers, tied, state = weight_bytes(unit, seen, model.optimizer)
@@ -113,10 +126,13 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
                 shared[j] += p.numel() * p.element_size()
         units.append(UnitProfile(
             name=name,
-            forward_time=t_fwd,
-            backward_time=t_bwd,
-            recompute_extra_time=t_last,
-            recompute_inner_extra_time=t_inner,
+            forward_time=times.forward,
+            backward_time=times.backward,
+            recompute_extra_time=times.recompute_extra,
+            recompute_inner_extra_time=times.recompute_inner_extra,
+            forward_spread=times.forward_spread,
+            backward_spread=times.backward_spread,
+            holdout=times.holdout,
             input_grad_last=getattr(unit, "input_grad_last", False) and not mixed(model.precision),
             recompute_remakes_output=trace.ops_before_last_pack == len(trace.forward_ops),
             forward_flops=sum(op.flops for op in trace.forward_ops),

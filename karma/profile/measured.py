@@ -21,6 +21,10 @@ looks cheapest, noise included: a recompute the noise makes look cheap draws KAR
 that then run slower than predicted. On this CPU a recompute costs 1.3-1.5x the forward on
 ResNet-50's bottlenecks and 0.5-0.8x as the last unit of a WRN-28-10 segment (docs/machine.md),
 so costing every recompute at its forward mispredicts recomputing plans both ways.
+
+Each time carries its spread (half the range of the repeats), and with `holdout` a second estimate
+from as many more repeats, interleaved with the first (docs/profiles.md, *A measurement the planner
+cannot exploit*): a plan chosen on the first estimate is predicted on the second.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import time
 
 import torch
 
-from karma.profile.chain import profile_chain
+from karma.profile.chain import UnitTimes, profile_chain
 from karma.profile.checkpointing import checkpointed
 from karma.profile.profile import Profile
 from karma.profile.trace import run_backward, run_forward
@@ -70,18 +74,19 @@ def _saved_by_next(result):
 
 
 def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: int,
-              precision: str = "fp32") -> tuple[float, float, float, float]:
+              precision: str = "fp32", holdout: bool = False) -> UnitTimes:
     """Median forward and backward seconds of one unit (the forward under autocast in mixed
     precision), and the median extra seconds of recomputing it, as the last unit of its segment
-    and inside one (the module docstring)."""
+    and inside one (the module docstring), with their spreads. With `holdout`, twice the repeats,
+    interleaved: the even ones give the times, the odd ones the held-out estimate (UnitProfile.holdout)."""
 
     def forward(inputs):
         return run_forward(unit, inputs, loss, target, precision)
 
     runs = (lambda: forward(x), lambda: checkpointed(forward, [unit], x),
             lambda: _saved_by_next(forward(x)), lambda: checkpointed(lambda i: _saved_by_next(forward(i)), [unit], x))
-    fwd, bwd, last, inner = [], [], [], []
-    for r in range(warmup + reps):
+    samples = []  # per timed repeat: (forward, backward, extra last, extra inside)
+    for r in range(warmup + reps * (2 if holdout else 1)):
         times = []
         for run in runs:
             for p in unit.parameters():
@@ -91,12 +96,23 @@ def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: in
             times.append(_timed_pass(run, device))
         if r >= warmup:
             (f, b), (_, b_last), (_, b_held), (_, b_inner) = times
-            fwd.append(f)
-            bwd.append(b)
-            last.append(b_last - b - f)
-            inner.append(b_inner - b_held - f)
-    f = statistics.median(fwd)
-    return f, statistics.median(bwd), max(consistent_extra(last), -f), max(consistent_extra(inner), -f)
+            samples.append((f, b, b_last - b - f, b_inner - b_held - f))
+    times = _estimate(samples[::2] if holdout else samples)
+    return UnitTimes(*times, forward_spread=_half_range([s[0] for s in samples]),
+                     backward_spread=_half_range([s[1] for s in samples]),
+                     holdout=_estimate(samples[1::2]) if holdout else ())
+
+
+def _estimate(samples: list[tuple[float, float, float, float]]) -> tuple[float, float, float, float]:
+    """(forward, backward, extra last, extra inside) of the repeats: medians, the extras only where every
+    repeat agrees on the sign and never below minus the forward."""
+    f = statistics.median(s[0] for s in samples)
+    return (f, statistics.median(s[1] for s in samples), max(consistent_extra([s[2] for s in samples]), -f),
+            max(consistent_extra([s[3] for s in samples]), -f))
+
+
+def _half_range(values: list[float]) -> float:
+    return (max(values) - min(values)) / 2
 
 
 def consistent_extra(differences: list[float]) -> float:
@@ -107,16 +123,20 @@ def consistent_extra(differences: list[float]) -> float:
     return 0.0
 
 
-def measured_profile(model: ChainModel, reps: int = 5, warmup: int = 1, progress=None) -> Profile:
+def measured_profile(model: ChainModel, reps: int = 5, warmup: int = 1, progress=None,
+                     holdout: bool = False) -> Profile:
     """Profile `model` (built on a real device) by running it there, in the model's precision
-    (real torch.autocast: bf16 works on a CPU, fp16 wants CUDA)."""
+    (real torch.autocast: bf16 works on a CPU, fp16 wants CUDA). With `holdout`, each unit is timed
+    `reps` more times, interleaved, for an independent second estimate (Profile.held_out): plan on the
+    profile, predict the chosen plan on its held-out estimate."""
     if reps < 1 or warmup < 0:
         raise ValueError("reps must be >= 1 and warmup >= 0")
     device = next(model.units.parameters()).device
 
     def timer(unit, x, loss, target, _trace):
-        return time_unit(unit, x, loss, target, device, reps, warmup, model.precision)
+        return time_unit(unit, x, loss, target, device, reps, warmup, model.precision, holdout)
 
+    how = f"median of {reps} runs after {warmup} warm-up" + (f" (and of {reps} more, interleaved, held out)"
+                                                             if holdout else "")
     return profile_chain(model, device, timer, "measured", device_label(device),
-                         f"median of {reps} runs after {warmup} warm-up, per distinct unit; recompute timed "
-                         "under torch.utils.checkpoint", progress)
+                         f"{how}, per distinct unit; recompute timed under torch.utils.checkpoint", progress)

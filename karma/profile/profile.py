@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -77,6 +77,13 @@ class UnitProfile:
     (a prefetched copy, a recomputed tensor) is freed before the input gradient is allocated; the
     simulator runs such a backward as two ops, weights then input (karma/sim/simulate.py).
 
+    Measured times carry their spread (`forward_spread`, `backward_spread`: half the range of the timed
+    repeats, 0 in an analytic profile) and may carry a second, independent estimate of the four times
+    (`holdout`: forward, backward, recompute extra as the last unit of its segment and inside one), timed
+    in the repeats interleaved with those of the first: a planner that picks the plan the first estimate
+    calls fastest is drawn to units whose noise made them look cheap, so its choice is predicted with
+    the second (`Profile.held_out`, karma/profile/measured.py).
+
     `recompute_remakes_output`: a recompute that ends with this unit makes its output again. The
     recompute stops once the last saved tensor is packed, and autograd packs a built-in operator's
     inputs before its kernel and its outputs after: a convolution or linear layer last in its segment
@@ -112,6 +119,9 @@ class UnitProfile:
     recompute_inner_extra_time: float = 0.0
     input_grad_last: bool = False
     recompute_remakes_output: bool = True
+    forward_spread: float = 0.0
+    backward_spread: float = 0.0
+    holdout: tuple[float, ...] = ()
 
     def recompute_time(self, last: bool = True) -> float:
         """Seconds of recomputing the unit: the last of its segment, or inside one."""
@@ -147,6 +157,8 @@ def _unit(raw, k: int) -> UnitProfile:
             values[name] = raw[name]
         elif name in ("boundary_out", "boundary_saved"):
             values[name] = _ids(raw[name], where, pairs=name == "boundary_out")
+        elif name == "holdout":
+            values[name] = _holdout(raw[name], where)
         else:
             values[name] = number(raw[name], where, integer=f.type == "int", signed=name in SIGNED)
     unit = UnitProfile(**values)
@@ -155,6 +167,13 @@ def _unit(raw, k: int) -> UnitProfile:
             raise KarmaError(f"unit {k}: a recompute ({'last in' if last else 'inside'} its segment) of "
                              f"{unit.recompute_time(last):g} s: its extra time may not exceed the forward's")
     return unit
+
+
+def _holdout(raw, where: str) -> tuple[float, ...]:
+    """A unit's second estimate of its times: empty, or [forward, backward, extra last, extra inside]."""
+    if not isinstance(raw, (list, tuple)) or len(raw) not in (0, 4):
+        raise KarmaError(f"{where} must be [] or [forward, backward, recompute extra last, inside], got {raw!r:.60}")
+    return tuple(number(v, f"{where}[{j}]", signed=j >= 2) for j, v in enumerate(raw))
 
 
 def _ids(raw, where: str, pairs: bool) -> tuple:
@@ -322,6 +341,22 @@ class Profile:
 
     def forward_time(self) -> float:
         return sum(u.forward_time for u in self.units)
+
+    @property
+    def has_holdout(self) -> bool:
+        return all(u.holdout for u in self.units)
+
+    def held_out(self) -> Profile:
+        """The profile with every unit's times replaced by its held-out estimate (UnitProfile.holdout),
+        to predict the plans chosen on this one; itself when it has none (an analytic profile has no noise
+        to select on)."""
+        if not self.has_holdout:
+            return self
+        units = tuple(replace(u, forward_time=u.holdout[0], backward_time=u.holdout[1],
+                              recompute_extra_time=max(u.holdout[2], -u.holdout[0]),
+                              recompute_inner_extra_time=max(u.holdout[3], -u.holdout[0]), holdout=())
+                      for u in self.units)
+        return replace(self, units=units, note=f"{self.note}; the held-out estimate".lstrip("; "))
 
     def backward_time(self) -> float:
         return sum(u.backward_time for u in self.units)

@@ -40,7 +40,9 @@ def at_speed(profile: Profile, hw: Hardware, factor: float) -> tuple[Profile, Ha
     times `factor`, the optimizer steps' rates (device and host, both run by the processor) over it."""
     units = tuple(replace(u, forward_time=u.forward_time * factor, backward_time=u.backward_time * factor,
                           recompute_extra_time=u.recompute_extra_time * factor,
-                          recompute_inner_extra_time=u.recompute_inner_extra_time * factor)
+                          recompute_inner_extra_time=u.recompute_inner_extra_time * factor,
+                          forward_spread=u.forward_spread * factor, backward_spread=u.backward_spread * factor,
+                          holdout=tuple(t * factor for t in u.holdout))
                   for u in profile.units)
     return (replace(profile, units=units),
             replace(hw, memory_bw=hw.memory_bw / factor, host_update_bw=hw.host_update_bw / factor))

@@ -253,6 +253,11 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
              headroom: float = 0.05, repeats: int = 1) -> pd.DataFrame:
     """Plan every strategy on the measured profile, simulate it and run it; one row per strategy.
 
+    A profile with a held-out estimate (karma/profile/measured.py, `holdout`) plans on its times and
+    predicts every plan on the held-out ones, whose noise the choice of plan has not seen: a strategy
+    that searches many plans (KARMA, rotor, Capuchin) picks the one whose units measured cheapest,
+    noise included, and a prediction from the same numbers would be optimistic for it alone.
+
     Plans are made for `capacity` less `headroom` (the memory model's error, a few percent, must
     not turn a planned fit into an OOM), simulated with the machine's `rates`
     (karma/runtime/rates.py) and run under the full `capacity` by `runner` (measure): an
@@ -264,10 +269,12 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
     """
     planned = capacity * (1 - headroom)
     hw = replace(emulated_hardware(profile, rates, planned), name=runner.where())
+    evaluation = profile.held_out()
+    held = " (planned on it, predicted on its held-out estimate)" if profile.has_holdout else ""
     rows, plans = [], {}
     for name in strategies:
         plan = get(name)(profile, hw, planned)
-        sim = simulate(profile, plan, hw, planned)
+        sim = simulate(evaluation, plan, hw, planned)
         rows.append({"model": profile.model, "batch": profile.batch, "strategy": name, "plan": plan.policies(),
                      "predicted_s": sim.time, "predicted_peak_MB": sim.peak_bytes / 1e6,
                      "capacity_MB": capacity / 1e6, "repeats": repeats, "measured_s": None, "measured_s_min": None,
@@ -279,7 +286,7 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
                      "h2d_Bps": rates.h2d, "d2h_Bps": rates.d2h, "device_optimizer_Bps": rates.memory_bw,
                      "host_optimizer_Bps": rates.host_update, "planned_capacity_bytes": planned,
                      "source": f"measured on {hw.name}, median of {repeats} interleaved repeats; predicted by the "
-                               f"simulator on the measured profile and the rates measured on this machine "
+                               f"simulator on the measured profile{held} and the rates measured on this machine "
                                f"(column rates)"})
         if sim.feasible:
             plans[name] = plan
@@ -300,9 +307,9 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
         df[column] = pd.to_numeric(df[column])
     df["measured_over_predicted"] = df.measured_s / df.predicted_s
     df["peak_measured_over_predicted"] = df.measured_peak_MB / df.predicted_peak_MB
-    predict = predictor(profile, hw, planned, plans)
+    predict = predictor(evaluation, hw, planned, plans)
     expected = _relative_accuracy(df, results, repeats, predict)
-    _attribute_last_steps(df, profile, hw, planned, plans, results, predict)
+    _attribute_last_steps(df, evaluation, hw, planned, plans, results, predict)
     karma = results.get("karma")
     if "karma" in set(df.strategy):
         speedups = {name: None for name in df.strategy}

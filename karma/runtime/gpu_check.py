@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         for model in args.models:
             # Profile one unit at a time without the cap (a profile is not the run); the runs are capped.
             try:
-                profile = measured_profile(build(model, args.size, seed=1, device=device), reps=2)
+                profile = measured_profile(build(model, args.size, seed=1, device=device), reps=2, holdout=True)
             except torch.cuda.OutOfMemoryError:
                 print(f"{model}: a unit does not fit the whole GPU to be profiled; skipped", flush=True)
                 continue

@@ -54,7 +54,7 @@ def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None =
         gpu = cuda.require_cuda()
     chain = build(model, size, batch, seed=1, device=gpu or "cpu", precision=precision, overrides=options)
     profile = measured_profile(build(model, size, batch, seed=1, device=gpu or "cpu", precision=precision,
-                                     overrides=options), reps=2)
+                                     overrides=options), reps=2, holdout=True)
     if gpu is not None:
         rates = cuda_rates(gpu, chain.optimizer, chain)
     else:
@@ -72,7 +72,7 @@ def run_plan(model: str, size: str, batch: int | None, *, strategy: str | None =
     elif plan.units != len(chain) or plan.model != model or plan.batch != chain.batch:
         raise KarmaError(f"the plan is for {plan.model} batch {plan.batch} with {plan.units} units; this model is "
                          f"{model} batch {chain.batch} with {len(chain)} units")
-    predicted = simulate(profile, plan, hw, capacity_bytes)
+    predicted = simulate(profile.held_out(), plan, hw, capacity_bytes)  # not on the times it was chosen on
     if not predicted.feasible:
         raise KarmaError(f"the simulator rejects this plan at {capacity_bytes / 1e6:.1f} MB: {predicted.reason}")
     if gpu is not None:

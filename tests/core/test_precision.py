@@ -21,7 +21,7 @@ from karma.core.precision import (
 )
 from karma.plan.plan import from_policies
 from karma.profile.analytic import analytic_profile
-from karma.profile.chain import profile_chain
+from karma.profile.chain import UnitTimes, profile_chain
 from karma.profile.profile import Profile
 from karma.runtime.emulation import run_steps
 from karma.runtime.execute import make_optimizer, scaled, train_step
@@ -121,11 +121,11 @@ def test_fp16_streamed_training_equals_plain_fp16_training():
 def trace_bytes(name, device, policy=None):
     chain = build(name, "tiny", device=device, precision="bf16")
     if policy is None:
-        return profile_chain(chain, torch.device(device), lambda *a: (1.0, 1.0, 0.0, 0.0), "measured", "x", "")
+        return profile_chain(chain, torch.device(device), lambda *a: UnitTimes(1.0, 1.0), "measured", "x", "")
     original = unit_trace.autocast
     unit_trace.autocast = lambda d, p, _policy=None: original(d, p, policy)
     try:
-        return profile_chain(chain, torch.device(device), lambda *a: (1.0, 1.0, 0.0, 0.0), "analytic", "x", "")
+        return profile_chain(chain, torch.device(device), lambda *a: UnitTimes(1.0, 1.0), "analytic", "x", "")
     finally:
         unit_trace.autocast = original
 

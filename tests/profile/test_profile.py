@@ -222,7 +222,8 @@ def test_a_measured_recompute_is_the_runtimes_checkpointed_forward_inside_the_ba
     timed: six forwards per repeat, and the recomputes leave the BatchNorm statistics as one forward
     per pass would."""
     unit, x = _Counted(), torch.randn(8, 4)
-    fwd, bwd, last, inner = time_unit(unit, x, None, None, torch.device("cpu"), reps=2, warmup=1)
+    times = time_unit(unit, x, None, None, torch.device("cpu"), reps=2, warmup=1)
+    fwd, bwd, last, inner = times.forward, times.backward, times.recompute_extra, times.recompute_inner_extra
     assert unit.calls == 3 * 6
     assert unit.bn.num_batches_tracked.item() == 3 * 4
     assert fwd > 0 and bwd > 0 and last >= -fwd and inner >= -fwd

@@ -25,7 +25,7 @@ with logged(sm):
     floor = blocks.unit_floor_bytes()
     capacity = floor * below
     chain = build(model, "small", batch, granularity="layer")
-    profile = measured_profile(chain, reps=3)
+    profile = measured_profile(chain, reps=3, holdout=True)
     rates = cpu_rates(sm.params.link_mbs * 1e6, profile.optimizer, chain)
     print(f"{model} small batch {batch}: no plan of its {len(blocks.units)} block units fits under "
           f"{floor / 1e6:.1f} MB (one block's backward alone); capacity {capacity / 1e6:.1f} MB ({below} of it), "

@@ -27,7 +27,7 @@ with logged(sm):
     if device == "cuda":
         where = cuda.require_cuda()
     chain = build(model, "small", batch, device=where)
-    profile = measured_profile(chain, reps=3)
+    profile = measured_profile(chain, reps=3, holdout=True)
     capacity = in_core_peak_bytes(profile) * sm.params.fraction
     if device == "cuda":
         rates = cuda_rates(where, profile.optimizer, chain)
