@@ -8,6 +8,7 @@ FLOP rate / the reference's sustained rate), from a measured profile.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -199,8 +200,9 @@ def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int,
     columns = ("measured_over_predicted_rel", "measured_over_predicted_rel_min", "measured_over_predicted_rel_max",
                "repeat_scale", "repeat_scale_min", "repeat_scale_max",
                "processor_speed", "processor_speed_min", "processor_speed_max")
-    for column in columns:
+    for column in columns + ("karma_excess_error", "karma_excess_error_min", "karma_excess_error_max"):
         df[column] = float("nan")
+    df["order_pairs_tested"], df["order_disagreements"] = 0, ""
     if not complete or not repeats:
         return []
     base = predict(1.0)
@@ -220,7 +222,46 @@ def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int,
     df[list(columns[3:6])] = _spread(scales)
     if speeds:
         df[list(columns[6:])] = _spread(speeds)
+    excess = karma_excess_error(complete, expected)
+    df[["karma_excess_error", "karma_excess_error_min", "karma_excess_error_max"]] = excess or (float("nan"),) * 3
+    tested, wrong = order_disagreements(complete, expected)
+    df["order_pairs_tested"], df["order_disagreements"] = tested, "; ".join(wrong)
     return expected
+
+
+def karma_excess_error(times: dict[str, list[float]], expected: list[dict[str, float]]) -> tuple | None:
+    """Per repeat, KARMA's error (|measured / predicted at that repeat's speed - 1|) less the median of the other
+    strategies' errors: how much worse the model predicts the plan KARMA's search picked than the baselines'
+    fixed rules (the optimizer's curse, docs/profiles.md); median, min and max over the repeats. None
+    without KARMA or a baseline."""
+    others = [name for name in times if name != "karma"]
+    if "karma" not in times or not others:
+        return None
+    excess = []
+    for r, e in enumerate(expected):
+        errors = {name: abs(t[r] / e[name] - 1) for name, t in times.items()}
+        excess.append(errors["karma"] - statistics.median(errors[name] for name in others))
+    return _spread(excess)
+
+
+def order_disagreements(times: dict[str, list[float]], expected: list[dict[str, float]]) -> tuple[int, list[str]]:
+    """(pairs tested, those measured in the other order): every pair of strategies whose predicted ratio (the median
+    over the repeats, each at its repeat's speed) is further from 1 than the spread of their measured ratio over
+    the repeats (max / min) must measure in the predicted order (the median of the measured ratios on the same side
+    of 1); pairs within their spread are not tested: the repeats cannot tell their order."""
+    tested, wrong = 0, []
+    names = list(times)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            measured = [ta / tb for ta, tb in zip(times[a], times[b], strict=True)]
+            predicted = statistics.median(e[a] / e[b] for e in expected)
+            if abs(math.log(predicted)) <= math.log(max(measured) / min(measured)):
+                continue
+            tested += 1
+            found = statistics.median(measured)
+            if (found > 1) != (predicted > 1):
+                wrong.append(f"{a} / {b} predicted {predicted:.3f}, measured {found:.3f}")
+    return tested, wrong
 
 
 #: column names of the step's terms (karma/runtime/attribution.py)

@@ -162,7 +162,8 @@ def test_missing_new_checks_and_reported():
 
 WITHIN = {"measured_over_predicted_rel": 1.0, "measured_over_predicted_rel_min": 0.98,
           "measured_over_predicted_rel_max": 1.02, "repeat_scale": 1.05, "repeat_scale_min": 1.0,
-          "repeat_scale_max": 1.1}
+          "repeat_scale_max": 1.1, "karma_excess_error": 0.0, "karma_excess_error_min": -0.01,
+          "karma_excess_error_max": 0.01, "order_pairs_tested": 1, "order_disagreements": ""}
 RUNTIME = [  # model m: vdnn and karma ran, karma 2x faster; incore did not fit (simulated)
     {"model": "m", "strategy": "incore", "status": "OOM (simulated)", "predicted_s": NAN, "measured_s": NAN},
     {"model": "m", "strategy": "vdnn", "status": "ok", "predicted_s": 2.0, "measured_s": 2.1, "measured_s_min": 2.0,
@@ -290,18 +291,26 @@ def test_a_baseline_measured_out_of_memory_fails_strict(recorded):
 
 
 @pytest.mark.parametrize("change, expected", [
-    # every repeat's step off its 0.15 target within the repeat
+    # every repeat's step off its 0.05 target within the repeat
     ({"measured_over_predicted_rel": 1.2, "measured_over_predicted_rel_min": 1.17}, 1),
     ({"measured_over_predicted_rel": 1.2}, 0),  # the median off it, the least disturbed repeat (0.98) within
     ({"measured_over_predicted": 1.3, "measured_s_min": 1.25}, 0),  # absolute: reported, not enforced
     ({"repeat_scale": 1.4, "repeat_scale_min": 1.35, "repeat_scale_max": 1.5}, 1),  # every plan 35% slow
     ({"peak_measured_over_predicted": 1.07}, 1),  # peak above its prediction by more than 0.05
     ({"measured_over_predicted_rel": 1.12, "peak_measured_over_predicted": 1.03}, 0),
+    ({"measured_over_predicted_rel": 1.06, "measured_over_predicted_rel_min": 1.051}, 1),
+    # KARMA's error over the median baseline's: over 0.02 in every repeat fails, in one repeat not
+    ({"karma_excess_error": 0.04, "karma_excess_error_min": 0.03, "karma_excess_error_max": 0.05}, 1),
+    ({"karma_excess_error": 0.04, "karma_excess_error_min": 0.01, "karma_excess_error_max": 0.05}, 0),
+    ({"karma_excess_error": -0.2, "karma_excess_error_min": -0.3, "karma_excess_error_max": -0.1}, 0),
+    # two strategies predicted apart beyond their spread, measured the other way round
+    ({"order_disagreements": "karma / vdnn predicted 0.500, measured 1.100"}, 1),
 ])
 def test_printed_targets_are_enforced(recorded, change, expected):
     results, reference = recorded
     runtime = [dict(r) for r in RUNTIME]
-    for row in runtime[1:] if "repeat_scale" in change else runtime[2:]:  # a run's scale is on each of its rows
+    whole_run = {"repeat_scale", "karma_excess_error", "order_disagreements"} & set(change)
+    for row in runtime[1:] if whole_run else runtime[2:]:  # a run's scale (and ranking) is on each of its rows
         row.update(change)
     write_results(results, runtime)
     assert compare_cli(results, reference, "--strict") == expected

@@ -11,7 +11,7 @@ from karma.plan.plan import Block, unchecked
 from karma.profile.profile import Profile
 from karma.report.regress import _runtime_rows
 from karma.runtime.drift import at_speed, fit_speed, predictor
-from karma.runtime.emulation import _relative_accuracy
+from karma.runtime.emulation import _relative_accuracy, karma_excess_error, order_disagreements
 from karma.sim.simulate import simulate
 from tests.chains import make_unit
 
@@ -83,3 +83,22 @@ def test_a_link_bound_plan_keeps_its_time_when_the_processor_drifts():
     for name in plans:
         assert measured[name] / predict(factor)[name] == pytest.approx(1.0, abs=0.01)
     assert fit_speed(predict, {name: predicted[name] for name in plans}) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_karmas_excess_error_is_its_error_less_the_median_baselines_per_repeat():
+    times = {"karma": [1.10, 1.00], "a": [2.0, 2.0], "b": [3.3, 3.0], "c": [1.0, 1.0]}
+    expected = [{"karma": 1.0, "a": 2.0, "b": 3.0, "c": 1.0}] * 2
+    # repeat 0: karma 0.10 off, baselines 0, 0.10, 0 (median 0); repeat 1: all exact
+    assert karma_excess_error(times, expected) == pytest.approx((0.05, 0.0, 0.10))
+    assert karma_excess_error({"a": [1.0]}, [{"a": 1.0}]) is None
+
+
+def test_the_measured_order_is_tested_where_the_prediction_is_further_apart_than_the_spread():
+    expected = [{"x": 1.0, "y": 1.2, "z": 1.0}] * 3
+    # x / y predicted 0.833: spread of the measured ratio 0.95-1.05 (about 10%) is less apart, so it is tested
+    times = {"x": [1.0, 1.0, 1.0], "y": [0.95, 1.0, 0.97], "z": [1.0, 1.5, 0.8]}
+    tested, wrong = order_disagreements(times, expected)
+    # x / y tested and measured the other way; x / z and y / z within their (large) spread
+    assert tested == 1 and len(wrong) == 1 and wrong[0].startswith("x / y predicted 0.833")
+    times["y"] = [1.15, 1.2, 1.25]
+    assert order_disagreements(times, expected) == (1, [])
