@@ -186,6 +186,7 @@ class CudaRunner:
     batch: int | None
     capacity: float
     steps: int = 2
+    overrides: dict | None = None  # the model's options (models.build)
 
     def where(self) -> str:
         return f"cuda ({torch.cuda.get_device_name()}, capped at {self.capacity / 1e9:.1f} GB)"
@@ -209,7 +210,7 @@ def _run_one(spec: Path, out: Path) -> None:
     try:
         device = require_cuda()
         cap_memory(runner.capacity, device)
-        chain = build(runner.model, runner.size, runner.batch, seed=1, device=device)
+        chain = build(runner.model, runner.size, runner.batch, seed=1, device=device, overrides=runner.overrides)
         result = run_cuda_steps(chain, Plan.from_dict(plan), runner.steps, device)
     except KarmaError as err:  # sent without its traceback (and the tensors in its frames)
         result = type(err)(str(err))

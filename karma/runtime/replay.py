@@ -12,6 +12,7 @@ memory steps on the emulated device, printing the peak of each against the predi
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -65,10 +66,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{row.model} {row.strategy}: {plan.policies()}\npredicted {seconds:.3f} s, peak {peak / 1e6:.2f} MB "
           f"of {row.capacity_MB:.2f} MB (simulated on the run's profile and rates)")
     model = row.model.removesuffix(LAYER)
-    granularity = {"granularity": "layer"} if row.model.endswith(LAYER) else {}
+    options = {"granularity": "layer"} if row.model.endswith(LAYER) else {}
+    if isinstance(row.get("build"), str):  # what the rule built: an own model's spec, a zoo model's overrides
+        built = json.loads(row.build)
+        model, options = built["model"], {"overrides": built["overrides"]}
     for step in range(args.steps):
         try:
-            memory, _ = run_steps(build(model, profile.size, int(row.batch), seed=1, **granularity), plan,
+            memory, _ = run_steps(build(model, profile.size, int(row.batch), seed=1, **options), plan,
                                   row.capacity_MB * 1e6, row.h2d_Bps, 0)
             print(f"step {step}: peak {memory.peak_bytes / 1e6:.2f} MB ({memory.peak_bytes / peak:.3f} of the "
                   f"prediction), waited {memory.memory_wait:.3f} s for copies (measured on {memory.device})")

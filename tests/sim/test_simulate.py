@@ -263,3 +263,26 @@ def test_an_op_of_no_duration_counts_no_less_memory_than_one_of_a_nanosecond(cas
                                                 backward_time=u.backward_time + 1e-9) for u in profile.units))
     zero = simulate(profile, plan, hw, capacity=float("inf"), record=False).peak_bytes
     assert zero >= simulate(nano, plan, hw, capacity=float("inf"), record=False).peak_bytes - 1.0
+
+
+def test_a_prefetch_is_not_queued_behind_the_upload_of_weights_updated_after_it_was_issued():
+    """Host updates with resident weights: a block's updated weights go back up when its update ends, so a
+    prefetch the compute issued before that goes first (the runtime's link queues copies as they are
+    submitted): the backward that waits for it does not wait out the late upload too."""
+    mb = 1e6
+    units = (make_unit("a", forward_time=0.01, backward_time=0.02, saved_bytes=10 * mb, output_bytes=10 * mb,
+                       input_bytes=10 * mb, param_bytes=1 * mb, optimizer_bytes=1 * mb),
+             make_unit("b", forward_time=0.01, backward_time=0.02, saved_bytes=10 * mb, output_bytes=10 * mb,
+                       input_bytes=10 * mb, param_bytes=1 * mb, optimizer_bytes=1 * mb),
+             make_unit("c", forward_time=0.01, backward_time=0.02, saved_bytes=10 * mb, output_bytes=1 * mb,
+                       input_bytes=10 * mb, param_bytes=500 * mb, optimizer_bytes=500 * mb))
+    profile = Profile(model="m", size="s", batch=1, source="analytic", device="x", optimizer="sgd", units=units)
+    plan = Plan(model="m", batch=1, units=3, prefetch_depth=1, optimizer="host",
+                blocks=(Block(0, 1, "recompute", "host"), Block(1, 2, "keep"), Block(2, 3, "keep")))
+    hw = replace(V100, h2d_bw=1e9, d2h_bw=1e9)
+    events = simulate(profile, plan, hw, capacity=math.inf).timeline
+    prefetch = next(e for e in events if e.op == "prefetch checkpoint")
+    upload = next(e for e in events if e.op == "upload weights" and e.block == 2)
+    assert prefetch.end <= upload.start
+    recompute = next(e for e in events if e.op == "recompute")
+    assert recompute.start < upload.end  # the backward went on while block c's weights were still going up

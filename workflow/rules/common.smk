@@ -39,6 +39,23 @@ if _clash:
     raise WorkflowError(f"config 'extra_models': name '{_clash[0]}' is a zoo model's; give it another name")
 
 
+#: The runtime's models (config `runtime`): a zoo model at the small size with `runtime.options` as its overrides,
+#: or an entry of `runtime.own_models` (a spec, as extra_models have, and its options).
+RUNTIME_OWN = {m["name"]: m for m in config["runtime"].get("own_models", [])}
+for _model in config["runtime"]["models"]:
+    if _model not in RUNTIME_OWN and _model not in config["paper_models"]:
+        raise WorkflowError(f"config 'runtime: models': '{_model}' is neither a zoo model nor a name in "
+                            f"'runtime: own_models'")
+
+
+def runtime_build(wildcards):
+    """{model: what models.build builds, overrides: its options} of a runtime model wildcard."""
+    own = RUNTIME_OWN.get(wildcards.model)
+    if own is not None:
+        return {"model": own["spec"], "overrides": own.get("options", {})}
+    return {"model": wildcards.model, "overrides": config["runtime"].get("options", {}).get(wildcards.model)}
+
+
 def paper_batch(wildcards):
     if wildcards.model in EXTRA:
         return EXTRA[wildcards.model].get("batch", 0)

@@ -10,6 +10,7 @@ rule validate_runtime:
         "logs/validate_runtime/{model}.log",
     params:
         batch=lambda wc: config["runtime"]["batch"].get(wc.model, 0),
+        build=runtime_build,
         fraction=config["runtime"]["capacity_fraction"],
         steps=config["runtime"]["steps"],
         repeats=config["runtime"].get("repeats", 3),
