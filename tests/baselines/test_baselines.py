@@ -21,8 +21,9 @@ from karma.sim.simulate import in_core_peak_bytes, simulate
 from karma.strategies import available, get
 from models.registry import build
 from tests.chains import V100, chains, make_unit, tilings
+from tests.fuzz import examples
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+SETTINGS = settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 BASELINES = [name for name in available() if name != "karma"]
 
 

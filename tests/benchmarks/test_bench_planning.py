@@ -1,6 +1,6 @@
 """Benchmarks (pytest-benchmark), skipped in the test run; run them with
 
-    pytest tests/benchmarks --benchmark-only
+    pytest tests/benchmarks --benchmark-only -n 0 -m ""
 
 Targets from issue 12: KARMA's planner under 5 s on each paper model (ResNet-1001,
 335 units, included); the whole six-model strategy table under 60 s (this machine).

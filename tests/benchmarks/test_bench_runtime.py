@@ -1,4 +1,4 @@
-"""Runtime overhead (pytest-benchmark; run with `pytest tests/benchmarks --benchmark-only`).
+"""Runtime overhead (pytest-benchmark; run with `pytest tests/benchmarks --benchmark-only -n 0 -m ""`).
 
 The issue's target: the runtime with an all-keep plan within 3% of plain PyTorch on
 the same model. Compare the rows' medians (same run, same process, one thread):

@@ -1,5 +1,5 @@
 """Issue 12: the default planner within 0.5% of a long search (minutes: a benchmark, skipped in
-the test run; `pytest tests/benchmarks/test_planner_gap.py --benchmark-only`).
+the test run; `pytest tests/benchmarks/test_planner_gap.py --benchmark-only -n 0 -m ""`).
 
 The reference is the faster of the two long searches of karma/experiments/planner_gap.py (ten times the
 budget, coarse to fine and unit by unit). ResNet-200 missed by 1.0-2.4% before the exact

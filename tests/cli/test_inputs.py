@@ -287,6 +287,7 @@ def test_a_config_number_must_be_finite(config, words):
     finite_everywhere({"runtime": {"capacity_fraction": 0.5, "link_mbs": None}, "nodes": [1, 2]}, "config")
 
 
+@pytest.mark.slow
 def test_the_pipeline_refuses_a_nan_in_its_config(tmp_path):
     cwd = copy_workflow(tmp_path)
     config = yaml.safe_load((cwd / "config/config.yaml").read_text())

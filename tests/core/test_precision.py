@@ -31,10 +31,11 @@ from karma.runtime.streamed import HostWeights
 from karma.sim.block_bytes import block_bytes
 from karma.sim.simulate import optimizer_traffic_bytes, simulate
 from models import build
+from tests.fuzz import examples
 from tests.runtime.test_runtime import keep_or_recompute_plan
 
 MODELS = ["resnet50", "vgg16", "megatron-1.2b", "wrn28-10"]
-SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+SETTINGS = settings(max_examples=examples(6), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
 def train_both(name, plan, precision="bf16", steps=2, host_updates=False):
@@ -84,7 +85,7 @@ def test_bf16_out_of_core_training_equals_plain_bf16_training_bitwise(case, host
     assert all(math.isfinite(r.loss) for r in reports)
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=examples(4), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(plans(("keep", "swap", "recompute")))
 def test_bf16_recompute_plans_train_like_plain_bf16_training(case):
     """Recompute runs the forward again under the autocast state it first ran in (torch.utils.checkpoint
@@ -230,7 +231,7 @@ def test_simulator_static_bytes_and_traffic_per_layout_in_mixed_precision(layout
         assert optimizer_traffic_bytes(2 * n, "adam", 12 * n) == 7 * 4 * n
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(keep_or_recompute_plan(tuple(MODELS)))
 def test_simulated_peak_within_5_percent_of_the_runtimes_in_bf16(case):
     """The profile traced on meta under CPU autocast rules (the runtime here is a CPU) predicts the

@@ -3,6 +3,7 @@
 import math
 
 import pandas as pd
+import pytest
 
 from karma.core.errors import KarmaError
 from karma.core.hardware import load
@@ -61,6 +62,7 @@ def test_in_core_reference_is_none_where_batch_one_does_not_fit(monkeypatch):
     assert largest is None and math.isnan(speed)
 
 
+@pytest.mark.slow
 def test_the_case_takes_the_tables_in_core_reference_in_its_precision_and_searches_the_others(monkeypatch):
     table = pd.DataFrame([{"model": "resnet50", "strategy": "incore", "granularity": "block", "reach_batch": 8,
                            "samples_per_s": 10.0}])

@@ -14,6 +14,7 @@ from karma.core.hardware import load
 from karma.profile.analytic import analytic_profile
 from models.auto_chain import DEFAULT_UNITS, _merge
 from models.specs import build_pair
+from tests.fuzz import examples
 
 #: A merged unit's forward time and saved bytes are at most this multiple of the chain's mean. The merge
 #: bounds both shares of every unit by the least largest share any grouping reaches, near the mean when no
@@ -76,7 +77,7 @@ def test_a_transformer_of_more_layers_than_the_default_target_stays_balanced():
         assert not unbalanced(values, pieces), (field, values, pieces)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=examples(300), deadline=None, derandomize=True)
 @given(pairs=st.lists(st.tuples(st.floats(0, 1e3), st.floats(0, 1e3)), min_size=1, max_size=80),
        target=st.integers(1, 100))
 def test_the_merge_tiles_the_chain_and_reaches_the_least_largest_load(pairs, target):

@@ -30,10 +30,11 @@ from karma.sim.simulate import simulate
 from models import build
 from models.registry import build_original, chain_of
 from tests.chains import all_plans
+from tests.fuzz import examples
 from tests.runtime.test_runtime import train_both
 
 MODELS = ["resnet50", "resnet1001", "wrn28-10", "vgg16", "megatron-1.2b"]
-SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+SETTINGS = settings(max_examples=examples(6), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -125,7 +126,7 @@ def small_profiles():
             for name, batch in (("resnet50", 8), ("wrn28-10", 8))}
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(st.sampled_from(["resnet50", "wrn28-10"]), st.randoms(use_true_random=False))
 def test_the_simulator_predicts_the_runtimes_peak_on_layer_chains(small_profiles, name, rng):
     """Swaps, host checkpoints and every prefetch depth included: copies are instant and waited for on both

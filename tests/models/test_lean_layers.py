@@ -19,9 +19,10 @@ from karma.profile.analytic import analytic_profile
 from karma.sim.simulate import simulate
 from models.lean_layers import conv_input_grad_last, relu_saving_mask
 from models.registry import build
+from tests.fuzz import examples
 from tests.models.test_layer_units import serial_peak
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+SETTINGS = settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
 @SETTINGS

@@ -22,6 +22,7 @@ from karma.runtime.link import EmulatedLink
 from karma.runtime.streamed import HostWeights
 from karma.sim.simulate import simulate
 from models.specs import build_pair, parse_set
+from tests.fuzz import examples
 
 IMAGES = {"input": "3x32x32", "set": {"num_classes": 10}}
 #: Six torchvision families (residual, inverted residual, dense blocks: cut only between them,
@@ -45,7 +46,7 @@ SPECS = {
                          "attention_dropout": 0.1}, "seq": 16},
 }
 BATCH = 2
-SETTINGS = settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+SETTINGS = settings(max_examples=examples(1), deadline=None, suppress_health_check=list(HealthCheck), database=None,
                     phases=[Phase.generate])
 
 

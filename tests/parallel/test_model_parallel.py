@@ -24,6 +24,7 @@ from karma.plan.plan import from_policies
 from karma.profile.analytic import analytic_profile
 from karma.sim.simulate import simulate
 from models import build
+from tests.fuzz import examples
 
 HW = load("v100-abci")
 MODEL = "megatron-2.5b"  # h 1920, 20 heads, 54 layers
@@ -62,7 +63,7 @@ def test_every_layer_pays_two_all_reduces_forward_and_two_backward():
     assert vocab_total == 4 * layers + 1 + 3 + 1  # embedding forward; head: 3 loss reductions + backward
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(tp=st.sampled_from([1, 2, 4, 20]), micro=st.integers(1, 4), dp=st.sampled_from([1, 2, 8]))
 def test_checkpointing_and_zero_never_need_more_memory(tp, micro, dp):
     results = {(r, z): simulate_layout(MODEL, Layout(tp, dp, micro, 1, r, z), HW)

@@ -32,6 +32,7 @@ def one_process_on_the_global_batch(size: str, global_batch: int):
     return chain.units.state_dict()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ranks, tp, size", [(2, 2, "tiny"), (4, 4, "small"), (4, 2, "tiny"), (2, 1, "tiny")])
 def test_split_layers_match_the_unsplit_model_and_train_like_one_process(tmp_path, ranks, tp, size):
     out = tmp_path / "weights.pt"

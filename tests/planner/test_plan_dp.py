@@ -18,8 +18,9 @@ from karma.profile.analytic import analytic_profile
 from karma.sim.simulate import simulate
 from models import build
 from tests.chains import chains
+from tests.fuzz import examples
 
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+SETTINGS = settings(max_examples=examples(25), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 KINDS = st.sampled_from("KRrS")
 
 
@@ -54,7 +55,7 @@ def test_bounded_segments_are_at_most_that_long_and_tile_the_chain(case, longest
     assert solve(chain, budget, swaps, True, longest=n) == solve(chain, budget, swaps, True)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(chains(min_units=2, max_units=9), st.data())
 def test_a_host_checkpoint_segment_hides_its_copy_behind_its_forward(case, data):
     """With a copy rate, every 'r' segment's checkpoint (its input, less what a kept block before holds)
@@ -70,7 +71,7 @@ def test_a_host_checkpoint_segment_hides_its_copy_behind_its_forward(case, data)
     assert solve(chain, budget, host_checkpoints=True, copy_rate=float("inf")) == solve(chain, budget, (), True)
 
 
-@settings(max_examples=200, deadline=None, database=None)
+@settings(max_examples=examples(200), deadline=None, database=None)
 @given(st.integers(1, 12).flatmap(lambda n: st.tuples(st.just(n), tilings(n))), st.data())
 def test_a_swap_block_set_into_a_plan_keeps_what_lies_clear_of_it(nb, data):
     """karma.planner.retile.with_swap: the result tiles the chain with [a, b) swapped, every block clear of it
@@ -84,7 +85,7 @@ def test_a_swap_block_set_into_a_plan_keeps_what_lies_clear_of_it(nb, data):
     assert {x for x, _, _ in new} <= {x for x, _, _ in blocks} | {a, b}
 
 
-@settings(max_examples=200, deadline=None, database=None)
+@settings(max_examples=examples(200), deadline=None, database=None)
 @given(st.integers(1, 12).flatmap(tilings))
 def test_kept_runs_are_the_maximal_runs_of_kept_units_longest_first(blocks):
     runs = kept_runs(blocks)
@@ -94,7 +95,7 @@ def test_kept_runs_are_the_maximal_runs_of_kept_units_longest_first(blocks):
     assert [b - a for a, b in runs] == sorted((b - a for a, b in runs), reverse=True)
 
 
-@settings(max_examples=200, deadline=None, database=None)
+@settings(max_examples=examples(200), deadline=None, database=None)
 @given(st.integers(1, 12).flatmap(tilings), st.integers(1, 5))
 def test_kept_runs_cut_every_length_units_leave_the_other_blocks_alone(blocks, length):
     """karma.planner.retile.cut_kept: the chain tiled again, every block that is not kept unchanged, each maximal

@@ -16,10 +16,11 @@ from karma.profile.analytic import analytic_profile
 from karma.sim.simulate import simulate
 from models import build
 from tests.chains import chains
+from tests.fuzz import examples
 from tests.planner.test_plan_dp import tilings
 
 SPACE = Space()
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+SETTINGS = settings(max_examples=examples(25), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
 @st.composite
@@ -28,7 +29,7 @@ def states(draw, n: int):
     return draw(tilings(n)), draw(st.sampled_from(SPACE.depths)), draw(st.sampled_from(SPACE.layouts))
 
 
-@settings(max_examples=300, deadline=None, database=None)
+@settings(max_examples=examples(300), deadline=None, database=None)
 @given(st.integers(1, 12).flatmap(lambda n: st.tuples(states(n), states(n))), st.data())
 def test_labels_round_trip_and_any_mix_of_two_plans_is_a_plan(pair, data):
     """A state's labels give it back (two adjacent blocks of one kind stay two); any mix of two states'

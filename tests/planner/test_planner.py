@@ -18,8 +18,9 @@ from karma.sim.simulate import in_core_peak_bytes, simulate
 from models import build
 from models.registry import PAPER_SIX
 from tests.chains import V100, chains, exhaustive_best, make_unit
+from tests.fuzz import examples
 
-SETTINGS = settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+SETTINGS = settings(max_examples=examples(5), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
 def planned_time(profile, hw, capacity):
@@ -107,7 +108,8 @@ def test_a_cheap_recompute_that_lets_a_deeper_prefetch_fit_is_found():
     assert planned_time(profile, hw, capacity) <= best * 1.01
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@pytest.mark.slow
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(chains(min_units=1, max_units=8))
 def test_karma_is_never_slower_than_any_baseline(case):
     """No baseline plan is a candidate inside the planner, so this can fail."""

@@ -26,11 +26,12 @@ from karma.profile.profile import backward_transient
 from karma.sim.simulate import simulate
 from models import build
 from tests.chains import chains
+from tests.fuzz import examples
 
-SETTINGS = settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+SETTINGS = settings(max_examples=examples(5), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(chains(max_units=6), st.data())
 def test_a_merged_group_keeps_its_largest_backward_transient(case, data):
     """The planner searches merged groups: a group's backward must hold what its worst unit holds
@@ -76,6 +77,7 @@ def test_exact_seeds_over_runs_of_a_long_chain_tile_it_and_fit(case):
         assert all(b - a == 1 for a, b, kind in blocks if kind == "K")
         assert search.cost(state) < INFEASIBLE
 
+@pytest.mark.slow
 @SETTINGS
 @given(chains(min_units=2, max_units=8))
 def test_same_inputs_give_the_same_plan(case):
@@ -197,6 +199,7 @@ def test_unit_walks_end_no_slower_than_they_start_and_are_seeded(case):
     assert unit_walks(again, start, 300, seed=3) == found
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(chains(min_units=3, max_units=8))
 def test_a_walked_plan_that_fits_is_final(case):

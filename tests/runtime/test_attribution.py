@@ -15,8 +15,9 @@ from karma.runtime.emulation import run_steps
 from karma.sim.simulate import simulate
 from models.registry import build
 from tests.chains import chains
+from tests.fuzz import examples
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+SETTINGS = settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 
 def plans(data, n: int):

@@ -29,9 +29,10 @@ from karma.runtime.saved import SavedTensors
 from karma.runtime.streamed import HostWeights
 from karma.sim.simulate import in_core_peak_bytes, simulate
 from models import build
+from tests.fuzz import examples
 
 MODELS = ["resnet50", "vgg16", "resnet1001", "wrn28-10", "megatron-1.2b"]
-SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+SETTINGS = settings(max_examples=examples(8), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
 @st.composite
@@ -70,6 +71,7 @@ def train_both(name, plan, steps=3, capacity=math.inf, host_updates=False, physi
     return ref, run, reports
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(model_and_plan(), st.booleans(), st.booleans())
 def test_any_plan_trains_exactly_like_plain_pytorch(case, host_updates, physical):
@@ -112,6 +114,7 @@ def step_peaks(name, plan, capacity, steps=2):
                 opt.close()
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(model_and_plan(), st.floats(0.3, 0.999))
 def test_the_device_never_exceeds_its_capacity(case, fraction):
@@ -230,7 +233,8 @@ def keep_or_recompute_plan(draw, models=tuple(MODELS)):
     return name, from_policies(name, 2, labels, segments=segments)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@pytest.mark.slow
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(keep_or_recompute_plan())
 def test_the_simulator_predicts_the_runtimes_peak_within_5_percent(case):
     """docs/design.md: the simulator agrees with the runtime on what it measures. The profile is counted on

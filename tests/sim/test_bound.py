@@ -8,6 +8,7 @@ every tiling, policy, checkpoint place, prefetch depth and weight layout (tests/
 from dataclasses import replace
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from karma.core.hardware import load
@@ -20,9 +21,10 @@ from karma.sim.bound import lower_bound
 from karma.sim.simulate import simulate
 from models import build
 from tests.chains import adversarial_chains, exhaustive_best, make_unit
+from tests.fuzz import examples
 
 GB = 1e9
-SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+SETTINGS = settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
 def _sound(profile, hw, capacity, time_limit=1.0):
@@ -34,13 +36,14 @@ def _sound(profile, hw, capacity, time_limit=1.0):
     return True
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(adversarial_chains(min_units=1, max_units=5))
 def test_no_plan_of_the_whole_space_beats_the_bound(case):
     assert _sound(*case)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=examples(10), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(adversarial_chains(min_units=3, max_units=4))
 def test_the_bound_is_sound_without_the_integer_search(case):
     """time_limit=0: only the LP relaxation, which is lower still."""

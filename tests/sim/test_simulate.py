@@ -11,8 +11,9 @@ from karma.plan.plan import Block, Plan, from_policies
 from karma.profile.profile import Profile
 from karma.sim.simulate import optimizer_traffic_bytes, simulate
 from tests.chains import V100, adversarial_chains, all_plans, chains, make_unit
+from tests.fuzz import examples
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck))
 INF_LINK = replace(V100, h2d_bw=1e30, d2h_bw=1e30)
 
 
@@ -248,7 +249,7 @@ def test_a_prefetch_issued_with_a_backward_of_no_duration_is_held_beside_it():
     assert simulate(profile, plan, hw, capacity=float("inf")).peak_bytes == 3e6
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(adversarial_chains(min_units=1, max_units=4), st.data())
 def test_an_op_of_no_duration_counts_no_less_memory_than_one_of_a_nanosecond(case, data):
     """Ops of no duration share one time, where the ledger keeps program order: whatever is allocated

@@ -14,9 +14,10 @@ from karma.sim.network import allreduce_time, ring
 from karma.sim.simulate import in_core_peak_bytes, simulate
 from models import build
 from tests.chains import V100, chains
+from tests.fuzz import examples
 from tests.sim.test_simulate import random_plan
 
-SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck))
 
 
 def test_ring_all_reduce_is_the_alpha_beta_closed_form():

@@ -31,6 +31,7 @@ def copy_workflow(tmp_path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_a_baseline_file_and_an_extra_model_in_the_config_reach_the_table(tmp_path):
     """The README's 'adding a baseline' and 'your own model' recipes, end to end on a small config."""
     cwd = copy_workflow(tmp_path)
@@ -65,12 +66,14 @@ def run(cwd, *args):
     return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_lint_is_clean(tmp_path):
     proc = run(copy_workflow(tmp_path), "--lint")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Congratulations" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_dry_run_plans_every_profile(tmp_path):
     proc = run(copy_workflow(tmp_path), "-n", "--cores", "1")
     assert proc.returncode == 0, proc.stderr
@@ -94,6 +97,7 @@ def test_dry_run_plans_every_profile(tmp_path):
                    "validate": {"ranks": 2, "models": ["megatron-1.2b"], "global_batch": 8, "steps": 1},
                    "sizes": 3}, "sizes"),
 ])
+@pytest.mark.slow
 def test_bad_config_names_the_key(tmp_path, key, value, words):
     cwd = copy_workflow(tmp_path)
     config = yaml.safe_load((cwd / "config/config.yaml").read_text())
@@ -105,6 +109,7 @@ def test_bad_config_names_the_key(tmp_path, key, value, words):
     assert sorted(p.name for p in (cwd / "results").iterdir()) == ["reference"]  # nothing written
 
 
+@pytest.mark.slow
 def test_the_slurm_profile_dry_runs_with_mpi_jobs_under_srun(tmp_path):
     cwd = copy_workflow(tmp_path)
     proc = run(cwd, "--workflow-profile", "workflow/profiles/slurm", "--configfile", "config/config.yaml",
