@@ -16,7 +16,7 @@ import pandas as pd
 
 from karma.experiments.speedups import EXCLUDED_FROM_MEAN, geomean, verdict
 from karma.experiments.speedups import error_bands as runtime_error_bands
-from karma.report.claims import claim_verdict
+from karma.report.claims import claim_verdict, measured_ranking
 
 BLOCKS = ("speedups", "claims")
 
@@ -61,6 +61,18 @@ def results_table(metrics: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _runtime_speedups(metrics: pd.DataFrame) -> pd.DataFrame:
+    """The reference's measured speedups of KARMA over each strategy as the runtime table's rows
+    (claims.measured_ranking reads them), with a row for KARMA itself per model."""
+    rows = metrics[metrics.metric.str.match(r"runtime/[^/]+/[^/]+/karma_speedup_measured$")]
+    parts = rows.metric.str.split("/", expand=True)
+    table = pd.DataFrame({"model": parts[1], "strategy": parts[2], "status": "ok",
+                          "karma_speedup_measured": rows.value, "karma_speedup_measured_min": rows["min"],
+                          "karma_speedup_measured_max": rows["max"]})
+    karma = pd.DataFrame({"model": table.model.unique(), "strategy": "karma", "status": "ok"})
+    return pd.concat([table, karma], ignore_index=True)
+
+
 def claims_table(metrics: pd.DataFrame) -> str:
     """Markdown: the paper's four claims (docs/paper.md), what the reference run gives, and a verdict."""
     value = metrics.set_index("metric").value
@@ -80,8 +92,8 @@ def claims_table(metrics: pd.DataFrame) -> str:
                         if m in bands]).value_counts()
     margins = ("; where the model's error was measured: " + ", ".join(f"{n} {v}" for v, n in counts.items())
                if len(counts) else "")
-    measured = value[value.index.str.match(r"runtime/[^/]+/[^/]+/karma_speedup_measured$")]
-    per_model = measured.groupby(measured.index.str.split("/").str[1]).min()
+    ranking = measured_ranking(_runtime_speedups(metrics))
+    outcomes = [outcome for _, outcome in ranking]
     efficiency = value[value.index.str.contains("karma out-of-core, pipelined/efficiency_at_")]
     nlp = value[value.index.str.match(r"large_nlp/[^/]+/karma_over_best_mp_geomean$")]
     rows = [
@@ -90,8 +102,10 @@ def claims_table(metrics: pd.DataFrame) -> str:
          f"{margins}",
          "simulated, v100-abci", claim_verdict(best >= 1.4, wins == len(speedups))),
         ("KARMA's plan is the fastest when run (not in the paper)",
-         ", ".join(f"{m} {v:.3f}x" for m, v in per_model.items()) + " over the fastest baseline",
-         "measured, emulated device", claim_verdict(bool(len(per_model)) and bool((per_model >= 1).all()))),
+         "KARMA over the fastest baseline measured (range over the repeats): "
+         + "; ".join(text for text, _ in ranking),
+         "measured, emulated device",
+         claim_verdict(bool(ranking) and "loses" not in outcomes and "wins" in outcomes, "loses" not in outcomes)),
         ("out-of-core data parallel scales to 2048 GPUs (pipelined exchange, host updates)",
          f"weak-scaling efficiency {efficiency.min():.2f}-{efficiency.max():.2f} at 2048 GPUs",
          "simulated, v100-abci", claim_verdict(efficiency.min() >= 0.9)),
