@@ -112,9 +112,9 @@ def cpu_rates(link_bw: float, optimizer: str, chain: ChainModel | None = None) -
     """The emulated device: its link as set (both ways) and this CPU's optimizer rates, measured on the
     weights of `chain` (when given) as the runtime steps them: the host's update block by block on a thread
     of its own with one intra-op thread, the device's step over every weight at once on this thread with
-    its intra-op threads (the emulated device is this CPU, and its step the same torch optimizer). A plain
-    copy's rate, 3-4x faster than Adam here, would predict Megatron's steps short; a single 128 MB probe
-    predicted Megatron-1.2B's device step 2.5x long and ResNet-50's short (docs/measurements/README.md)."""
+    its intra-op threads (the emulated device is this CPU, and its step the same torch optimizer). Neither a
+    plain copy's rate nor one large probe tensor steps at the rate of the model's own tensors
+    (measure_update; docs/measurements/README.md)."""
     shapes = weight_shapes(chain) if chain is not None else None
     host = measure_update(optimizer, shapes)
     device = measure_update(optimizer, [[s for group in shapes for s in group]] if shapes else None, on_thread=False)

@@ -145,10 +145,10 @@ class _Iteration:
         """Queue on h2d the uploads of host-updated resident weights issued by `until`, in the order of their
         issue. The host issues each when its update ends, so a copy the compute issued earlier (a prefetch for
         the backward) goes first, as on the runtime's link (a queue in the order copies are submitted,
-        karma/runtime/link.py) and on a CUDA stream: queued in program order instead, the upload of a late
-        update of a large block held the prefetches behind it, and the backward that waited for them let the
-        gradients' downloads drain, so the simulated peak was 16% below the runtime's (VGG-16, host
-        checkpoints and host updates; tests/sim/test_simulate.py)."""
+        karma/runtime/link.py) and on a CUDA stream. Queued in program order instead, a late upload holds back
+        the prefetches behind it, the simulated backward waits for them while the gradients' downloads drain,
+        and the simulated peak falls under the runtime's (tests/sim/test_simulate.py;
+        docs/measurements/README.md)."""
         uploads = self.uploads  # in the order of their issue: the host's queue runs the updates in order
         while self.uploads_queued < len(uploads) and uploads[self.uploads_queued][0] <= until:
             issue, k = uploads[self.uploads_queued]
