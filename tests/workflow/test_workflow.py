@@ -84,6 +84,16 @@ def test_dry_run_plans_every_profile(tmp_path):
         assert rule in proc.stdout
 
 
+@pytest.mark.parametrize("extra", sorted(p.name for p in (ROOT / "config").glob("*.yaml") if p.name != "config.yaml"))
+@pytest.mark.slow
+def test_every_config_file_dry_runs_on_top_of_the_default(tmp_path, extra):
+    """config/cluster.yaml and config/slurm-test.yaml are read over config/config.yaml (docs/pipeline.md):
+    each must pass the config checks of workflow/rules/common.smk on its own models."""
+    proc = run(copy_workflow(tmp_path), "-n", "--cores", "1", "--configfile", "config/config.yaml",
+               f"config/{extra}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize("key, value, words", [
     ("paper_models", ["resnet51"], "resnet51"),
     ("hardware", "v200", "valid: "),

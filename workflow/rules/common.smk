@@ -6,6 +6,7 @@ from snakemake.utils import validate
 from karma.core.errors import KarmaError, finite_everywhere
 from karma.core.hardware import load as load_hardware
 from karma.strategies import available as available_strategies
+from models.registry import model_names
 
 validate(config, "../schemas/config.schema.yaml")
 try:
@@ -43,7 +44,7 @@ if _clash:
 #: or an entry of `runtime.own_models` (a spec, as extra_models have, and its options).
 RUNTIME_OWN = {m["name"]: m for m in config["runtime"].get("own_models", [])}
 for _model in config["runtime"]["models"]:
-    if _model not in RUNTIME_OWN and _model not in config["paper_models"]:
+    if _model not in RUNTIME_OWN and _model not in model_names():
         raise WorkflowError(f"config 'runtime: models': '{_model}' is neither a zoo model nor a name in "
                             f"'runtime: own_models'")
 
