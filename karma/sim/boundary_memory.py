@@ -119,8 +119,10 @@ def hold_boundary_storages(profile: Profile, plan: Plan, s: Schedule, t: OpTimes
     for k, b in enumerate(blocks):
         for i in b.units:
             block_of[i] = k
-    outputs = [{sid for sid, _ in u.boundary_out} for u in units]
-    inputs = [set()] + outputs[:-1]
+    # ordered sets (dicts), so that the holds are added, and their memory events ordered, as
+    # karma/sim/compiled.py adds them (events at one time and kind keep the order they were added)
+    outputs = [dict.fromkeys(sid for sid, _ in u.boundary_out) for u in units]
+    inputs = [{}] + outputs[:-1]
     maker: dict[int, int] = {}
     reader: dict[int, int] = {}
     for i in range(len(units)):
@@ -131,7 +133,7 @@ def hold_boundary_storages(profile: Profile, plan: Plan, s: Schedule, t: OpTimes
     holds = _Holds()
     for sid, i in maker.items():
         holds.add(sid, t.forward[i][0], t.forward[reader.get(sid, i)][1], block_of[i])
-    saved = [{sid for i in b.units for sid in units[i].boundary_saved} for b in blocks]
+    saved = [dict.fromkeys(sid for i in b.units for sid in units[i].boundary_saved) for b in blocks]
     lent = lent_storages(profile, plan)
     for k, b in enumerate(blocks):
         if b.policy == "swap":
@@ -150,7 +152,7 @@ def hold_boundary_storages(profile: Profile, plan: Plan, s: Schedule, t: OpTimes
     holds.to(s, size)
 
 
-def _swapped(holds: _Holds, k: int, plan: Plan, units, saved: list[set], lent: list[set], t: OpTimes,
+def _swapped(holds: _Holds, k: int, plan: Plan, units, saved: list[dict], lent: list[set], t: OpTimes,
              swap_out_end: list[float]) -> None:
     """A swapped block's holds: its savers' storages until its copy out ends (those the swapped block
     before lends go out with that block's copy), and their prefetched copies."""
@@ -178,7 +180,7 @@ def _instant(t: OpTimes, i: int) -> bool:
     return span is not None and span[0] == span[1]
 
 
-def _recomputed(holds: _Holds, k: int, plan: Plan, units, inputs: list[set], outputs: list[set],
+def _recomputed(holds: _Holds, k: int, plan: Plan, units, inputs: list[dict], outputs: list[dict],
                 reader: dict[int, int], t: OpTimes, ckpt_out_end: list[float]) -> None:
     """A recomputed block's holds: its checkpoint, and what its recompute makes again."""
     b = plan.blocks[k]
@@ -196,7 +198,7 @@ def _recomputed(holds: _Holds, k: int, plan: Plan, units, inputs: list[set], out
             holds.add(sid, t.block_start[k], end, k)
     inside = {sid for i in b.units for sid in units[i].boundary_saved}
     for i in b.units:
-        for sid in outputs[i] - inputs[i]:
+        for sid in (sid for sid in outputs[i] if sid not in inputs[i]):
             if i == b.stop - 1 and sid not in inside and not units[i].recompute_remakes_output:
                 continue  # not made again (the recompute stops after the last saved tensor; see the docstring)
             last = min(reader.get(sid, i), b.stop - 1)

@@ -69,6 +69,7 @@ from karma.plan.plan import Plan, from_policies
 from karma.profile.profile import OPTIMIZER_STATE_FACTOR, Profile, input_gradient_bytes
 from karma.sim.block_bytes import BlockBytes, block_bytes
 from karma.sim.boundary_memory import OpTimes, hold_boundary_storages
+from karma.sim.compiled import simulate_compiled
 from karma.sim.network import allreduce_time, nodes_for
 from karma.sim.schedule import Event, Schedule
 
@@ -159,8 +160,12 @@ class _Iteration:
 
 def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None = None,
              record: bool = True, gpus: int = 1, order: str = "pipelined",
-             host_updates: bool | None = None, optimizer_shards: int = 1) -> SimResult:
+             host_updates: bool | None = None, optimizer_shards: int = 1, reference: bool = False) -> SimResult:
     """Simulate one iteration; `capacity` defaults to the Hardware's device memory.
+
+    Without `record` (no timeline, no memory curve: what searches ask for) the iteration runs in
+    karma/sim/compiled.py, the same operations compiled; `reference` runs this module's Python instead,
+    the specification the compiled one is tested against (tests/sim/test_compiled.py).
 
     With `gpus` > 1 it is one rank of data parallel training (KARMA Sec. V): each
     block's gradients are all-reduced on the ``network`` queue (karma/sim/network.py) as
@@ -181,7 +186,12 @@ def simulate(profile: Profile, plan: Plan, hw: Hardware, capacity: float | None 
         raise KarmaError(f"order must be pipelined or naive, got {order!r}")
     capacity = hw.device_memory if capacity is None else capacity
     host_side = plan.host_optimizer if host_updates is None else (host_updates or plan.host_optimizer)
-    nodes_for(gpus, hw)
+    nodes = nodes_for(gpus, hw)
+    if not record and not reference:
+        out = simulate_compiled(profile, plan, hw, capacity, host_side, gpus, nodes, order, optimizer_shards)
+        reason = None if out.over_block is None else _over(plan, out.over_block, out.peak, capacity)
+        return SimResult(time=None if reason else out.end, makespan=out.end, peak_bytes=out.peak, capacity=capacity,
+                         busy=out.busy, bytes_h2d=out.bytes_h2d, bytes_d2h=out.bytes_d2h, timeline=[], reason=reason)
     it = _Iteration(profile, plan, hw, Schedule(hw.link_duplex, record), block_bytes(profile, plan, host_side),
                     host_side, gpus, order, times=OpTimes.sized(len(profile.units), len(plan.blocks)))
     _forward(it)
@@ -385,17 +395,20 @@ def _optimizer(it: _Iteration, shards: int) -> float:
 
 
 def _result(it: _Iteration, end: float, capacity: float) -> SimResult:
-    blocks, by, s = it.plan.blocks, it.by, it.s
+    by, s = it.by, it.s
     peak, over_block, _ = s.peak(by.static, capacity)
-    reason = None
-    if over_block is not None:
-        b = blocks[over_block]
-        reason = (f"needs {peak / 1e9:.3f} GB, {(peak - capacity) / 1e9:.3f} GB over the {capacity / 1e9:.3f} GB "
-                  f"capacity; first over at block {over_block} (units {b.start}..{b.stop - 1}, {b.policy})")
+    reason = None if over_block is None else _over(it.plan, over_block, peak, capacity)
     h2d, d2h = _link_bytes(it)
     return SimResult(time=None if reason else end, makespan=end, peak_bytes=peak, capacity=capacity, busy=dict(s.busy),
                      bytes_h2d=h2d, bytes_d2h=d2h, timeline=s.timeline, reason=reason,
                      memory=s.levels(by.static) if s.record else [])
+
+
+def _over(plan: Plan, block: int, peak: float, capacity: float) -> str:
+    """Why a plan does not fit: its peak, and the first block whose allocation crossed the capacity."""
+    b = plan.blocks[block]
+    return (f"needs {peak / 1e9:.3f} GB, {(peak - capacity) / 1e9:.3f} GB over the {capacity / 1e9:.3f} GB "
+            f"capacity; first over at block {block} (units {b.start}..{b.stop - 1}, {b.policy})")
 
 
 def _link_bytes(it: _Iteration) -> tuple[float, float]:
