@@ -1,11 +1,18 @@
-"""Shared test settings: one torch thread (docs/machine.md: 2 cores, avoid oversubscription)."""
+"""Shared test settings: one torch thread (docs/machine.md: 2 cores, avoid oversubscription); the compiled
+simulator compiled once, before pytest-xdist starts its workers (each would compile it otherwise)."""
 
 import pytest
 import torch
 
 from karma.core.hardware import load
 from karma.profile.analytic import analytic_profile
+from karma.sim.compiled import compile_now
 from models import build
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller, or a run without workers
+        compile_now()
 
 
 @pytest.fixture(autouse=True, scope="session")

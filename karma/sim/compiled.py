@@ -135,11 +135,13 @@ class Outcome:
     busy: dict[str, float]
     bytes_h2d: float
     bytes_d2h: float
+    memory: list[tuple[float, float]] | None = None  # (s, bytes in use) after each event, when asked for
 
 
 def simulate_compiled(profile: Profile, plan: Plan, hw: Hardware, capacity: float, host_side: bool, gpus: int,
-                      nodes: int, order: str, shards: int) -> Outcome:
-    """One iteration of karma/sim/simulate.py's `simulate`, compiled (arguments checked there)."""
+                      nodes: int, order: str, shards: int, memory: bool = False) -> Outcome:
+    """One iteration of karma/sim/simulate.py's `simulate`, compiled (arguments checked there); with `memory`,
+    the bytes in use after each allocation and free, in the order the peak counts them (as SimResult.memory)."""
     c = _columns(profile)
     blocks = plan.blocks
     bounds = [b.start for b in blocks]  # the blocks are consecutive (karma/plan/plan.py validates it)
@@ -156,12 +158,29 @@ def simulate_compiled(profile: Profile, plan: Plan, hw: Hardware, capacity: floa
     flags = np.array([streamed, host_side, order == "naive", half, c.storages, plan.prefetch_depth, gpus, nodes,
                       per_node, shards, OPTIMIZER_STATE_FACTOR[profile.optimizer], STATE_TENSORS[profile.optimizer]],
                      dtype=np.int64)
-    end, peak, over, fstate, istate, h2d, d2h = _iteration(
+    end, peak, over, fstate, istate, h2d, d2h, events = _iteration(
         c.units, c.weight_prefix, c.size, c.index, np.array(bounds, dtype=np.int64), np.array(codes, dtype=np.int64),
         scalars, flags)
     used = sorted((int(istate[q]), q) for q in range(len(QUEUES)) if istate[q] >= 0)
+    levels = None
+    if memory:
+        n = int(istate[_NEV])
+        sequence = _event_order(events, n)
+        levels = list(zip(events[sequence, 0].tolist(),
+                          np.cumsum(np.concatenate(([static], events[sequence, 2])))[1:].tolist(), strict=True))
     return Outcome(end=end, peak=peak, over_block=None if over < 0 else int(over),
-                   busy={QUEUES[q]: float(fstate[_BUSY + q]) for _, q in used}, bytes_h2d=h2d, bytes_d2h=d2h)
+                   busy={QUEUES[q]: float(fstate[_BUSY + q]) for _, q in used}, bytes_h2d=h2d, bytes_d2h=d2h,
+                   memory=levels)
+
+
+def compile_now() -> None:
+    """Compile the event loop now, or load it from numba's cache: a first simulation pays that otherwise
+    (tens of seconds once per installation, then a fraction of a second per process). Test runs call it
+    once before their workers start (tests/conftest.py), so that the workers load what it cached."""
+    flags = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1], dtype=np.int64)
+    _iteration(np.zeros((len(ROWS), 1)), np.zeros((3, 2), dtype=np.int64), np.zeros(0),
+               np.zeros((4, 2), dtype=np.int64), np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int64),
+               np.ones(10), flags)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -639,7 +658,7 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
         elif host_side:
             h2d += params[k]
             d2h += params[k]
-    return end, peak, over, fs, ist, h2d, d2h
+    return end, peak, over, fs, ist, h2d, d2h, ev
 
 
 @njit(cache=True)
