@@ -662,53 +662,98 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
 
 
 @njit(cache=True)
-def _before(ev, a, b):
-    """Event a sorts strictly before event b: by time, then kind."""
-    return ev[a, 0] < ev[b, 0] or (ev[a, 0] == ev[b, 0] and ev[a, 1] < ev[b, 1])
+def _time_keys(ev, events):
+    """The events' times as integers that order as the doubles do: a finite double's bits, negatives' flipped
+    (-0.0 made 0.0 first, equal to it)."""
+    times = np.empty(events.shape[0])
+    for j in range(events.shape[0]):
+        times[j] = ev[events[j], 0] + 0.0
+    keys = times.view(np.int64)
+    for j in range(keys.shape[0]):
+        if keys[j] < 0:
+            keys[j] ^= 0x7FFFFFFFFFFFFFFF
+    return keys
 
 
 @njit(cache=True)
-def _event_order(ev, n):
-    """The events' order sorted by (time, kind), stable: a natural merge sort (the events come mostly in time
-    order already, queue by queue, so the ascending runs are long and few: near linear)."""
-    order = np.arange(n)
-    bounds = np.empty(n + 1, dtype=np.int64)  # run boundaries
+def _sorted_by_time(ev, events):
+    """`events` (indices into ev) sorted stably by time: a natural merge sort, whose ascending runs are long and
+    few here (allocations come in time order; frees in a few runs, queue by queue)."""
+    n = events.shape[0]
+    keys = _time_keys(ev, events)
+    order = events.copy()
+    bounds = np.empty(n + 1, dtype=np.int64)  # where each ascending run starts
     runs = 0
     bounds[0] = 0
     for j in range(1, n):
-        if _before(ev, j, j - 1):
+        if keys[j] < keys[j - 1]:
             runs += 1
             bounds[runs] = j
     runs += 1
     bounds[runs] = n
+    key_buffer = np.empty(n, dtype=np.int64)
     buffer = np.empty(n, dtype=np.int64)
     while runs > 1:
         merged = 0
         for r in range(0, runs, 2):
             lo = bounds[r]
-            if r + 1 == runs:  # an odd run out: copied as it is
-                buffer[lo:n] = order[lo:n]
-                bounds[merged] = lo
-                merged += 1
-                continue
-            mid, hi = bounds[r + 1], bounds[r + 2]
+            hi = bounds[r + 2] if r + 1 < runs else n
+            mid = bounds[r + 1] if r + 1 < runs else n  # an odd run out is copied as it is
             i, j, out = lo, mid, lo
             while i < mid and j < hi:
-                if _before(ev, order[j], order[i]):  # the left one first when equal: stable
+                if keys[j] < keys[i]:  # the left one first when equal: stable
+                    key_buffer[out] = keys[j]
                     buffer[out] = order[j]
                     j += 1
                 else:
+                    key_buffer[out] = keys[i]
                     buffer[out] = order[i]
                     i += 1
                 out += 1
-            buffer[out:out + mid - i] = order[i:mid]
-            out += mid - i
-            buffer[out:out + hi - j] = order[j:hi]
+            while i < mid:
+                key_buffer[out] = keys[i]
+                buffer[out] = order[i]
+                i += 1
+                out += 1
+            while j < hi:
+                key_buffer[out] = keys[j]
+                buffer[out] = order[j]
+                j += 1
+                out += 1
             bounds[merged] = lo
             merged += 1
         bounds[merged] = n
         runs = merged
         order, buffer = buffer, order
+        keys, key_buffer = key_buffer, keys
+    return order, keys
+
+
+@njit(cache=True)
+def _event_order(ev, n):
+    """The events' order sorted by (time, kind), stably: each kind sorted by time, then the two merged, the
+    frees that come first at equal times (kind 0) before the rest."""
+    firsts = np.empty(n, dtype=np.int64)
+    rest = np.empty(n, dtype=np.int64)
+    nf = nr = 0
+    for j in range(n):
+        if ev[j, 1] == 0.0:
+            firsts[nf] = j
+            nf += 1
+        else:
+            rest[nr] = j
+            nr += 1
+    a, ka = _sorted_by_time(ev, firsts[:nf])
+    b, kb = _sorted_by_time(ev, rest[:nr])
+    order = np.empty(n, dtype=np.int64)
+    i = j = 0
+    for out in range(n):
+        if j == nr or (i < nf and ka[i] <= kb[j]):
+            order[out] = a[i]
+            i += 1
+        else:
+            order[out] = b[j]
+            j += 1
     return order
 
 

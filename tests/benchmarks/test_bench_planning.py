@@ -13,6 +13,7 @@ Reported, not asserted: wall-clock time is never a test verdict.
 """
 
 import os
+import timeit
 
 import pytest
 
@@ -53,6 +54,29 @@ def test_planner_paper_model(benchmark, name):
 def test_simulate_resnet1001_swap_all(benchmark, resnet1001):
     p = from_policies("resnet1001", resnet1001.batch, ["swap"] * len(resnet1001.units))
     benchmark(simulate, resnet1001, p, V100, None, False)
+
+
+def _per_unit(profile, plan, reference: bool, rounds: int) -> float:
+    """Seconds per simulated unit, the best of `rounds` timings of enough simulations to take 0.2 s."""
+    def once():
+        simulate(profile, plan, V100, record=False, reference=reference)
+    once()
+    calls = max(1, int(0.2 / max(timeit.timeit(once, number=1), 1e-6)))
+    return min(timeit.repeat(once, number=calls, repeat=rounds)) / calls / len(profile.units)
+
+
+@pytest.mark.parametrize("name", [*PAPER_SIX, "resnet1001 swap-all"])
+def test_compiled_simulator_against_the_python_reference(benchmark, name):
+    """Issue 35's ratio: seconds per simulated unit, the Python reference over the compiled core, same run
+    (extra_info), on each paper model's KARMA plan and on ResNet-1001 with every unit swapped."""
+    model = name.split()[0]
+    profile = paper(model)
+    plan_ = (from_policies(model, profile.batch, ["swap"] * len(profile.units)) if "swap-all" in name
+             else plan(profile, V100, V100.device_memory))
+    benchmark.pedantic(simulate, args=(profile, plan_, V100, None, False), rounds=20, iterations=5)
+    compiled, python = _per_unit(profile, plan_, False, 5), _per_unit(profile, plan_, True, 5)
+    benchmark.extra_info.update(units=len(profile.units), blocks=len(plan_.blocks), compiled_us_per_unit=compiled * 1e6,
+                                python_us_per_unit=python * 1e6, python_over_compiled=python / compiled)
 
 
 def test_six_model_table(benchmark):
