@@ -1,6 +1,9 @@
 # KARMA suite: reproduce the paper with `snakemake --cores all` (README.md).
 # Rules live in workflow/rules/, scripts in workflow/scripts/, the config schema in
-# workflow/schemas/; every rule logs to logs/.
+# workflow/schemas/; every rule logs to logs/ and writes its time to logs/benchmarks/.
+from pathlib import Path
+
+from karma.report.rule_times import summary
 
 configfile: "config/config.yaml"
 
@@ -38,3 +41,10 @@ rule all:
         "results/tables/reach.md",
         "results/figures/reach.png",
     default_target: True
+
+
+# Where the run's time went, per rule, from every job's benchmark file (karma/report/rule_times.py).
+onsuccess:
+    table = summary("logs/benchmarks")
+    Path("logs/rule_times.md").write_text(table + "\n")
+    print(table)

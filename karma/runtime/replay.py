@@ -49,7 +49,7 @@ def replan(profile: Profile, row: pd.Series) -> tuple[Plan, float, float]:
     if plan.policies() != row.plan:
         raise KarmaError(f"the replanned {row.strategy} plan differs from the one the table ran:\n"
                          f"  {plan.policies()}\n  {row.plan}")
-    sim = simulate(profile.held_out(), plan, hw, planned)  # predicted as validate predicts it
+    sim = simulate(profile.held_out(), plan, hw, float(row.capacity_MB) * 1e6)  # predicted as validate predicts it
     return plan, sim.makespan, sim.peak_bytes
 
 

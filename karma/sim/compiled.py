@@ -264,8 +264,8 @@ def _traffic(params, state, k_state, k_master):
 def _block_bytes(saved, shared, saved_input, inp, starts, stops, policy):
     nb = starts.shape[0]
     own = saved.copy()
-    lent = np.zeros(nb)
-    borrowed = np.zeros(nb)
+    rows = np.zeros((6, nb))
+    lent, borrowed, act, ckpt, mem_out, mem_back = rows[0], rows[1], rows[2], rows[3], rows[4], rows[5]
     for k in range(nb):
         for i in range(starts[k] + 1, stops[k]):
             own[i] -= shared[i - 1]
@@ -278,8 +278,6 @@ def _block_bytes(saved, shared, saved_input, inp, starts, stops, policy):
     for k in range(nb):
         if policy[k] == RECOMPUTE:
             own[starts[k]] -= min(saved_input[starts[k]], inp[starts[k]])
-    act = np.zeros(nb)
-    ckpt = np.zeros(nb)
     for k in range(nb):
         total = 0.0
         for i in range(starts[k], stops[k]):
@@ -287,9 +285,7 @@ def _block_bytes(saved, shared, saved_input, inp, starts, stops, policy):
         act[k] = total
         before = shared[starts[k] - 1] if k > 0 and policy[k - 1] == KEEP else 0.0
         ckpt[k] = inp[starts[k]] - before
-    mem_out = act - lent
-    mem_back = np.empty(nb)
-    for k in range(nb):
+        mem_out[k] = act[k] - lent[k]
         mem_back[k] = act[k] - lent[k] + borrowed[k]
     return own, act, ckpt, lent, borrowed, ckpt, mem_out, mem_back, borrowed
 
@@ -457,9 +453,18 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
         lent_ptr = np.zeros(nb + 1, dtype=np.int64)
         lent_ids = np.empty(0, dtype=np.int64)
     workspace = workspace0
-    params = np.empty(nb)
-    state = np.empty(nb)
-    uses = np.empty(nb)
+    # per-block and per-unit numbers: rows of two arrays (one allocation each, not one per row)
+    blk = np.zeros((13, nb))
+    params, state, uses, up_issue, pend_t = blk[0], blk[1], blk[2], blk[3], blk[4]
+    block_start, prefetch_start = blk[5], blk[6]
+    swap_out_end, ckpt_out_end, weights_up_end, prefetch_end = blk[7], blk[8], blk[9], blk[10]
+    per_unit = np.zeros((6, nu))
+    f_start, f_end, r_start, r_end, b_end, w_done = (per_unit[0], per_unit[1], per_unit[2], per_unit[3], per_unit[4],
+                                                     per_unit[5])
+    r_start[:] = np.nan
+    r_end[:] = np.nan
+    ints = np.empty((2, nb), dtype=np.int64)
+    up_k, pend_k = ints[0], ints[1]
     for k in range(nb):
         params[k] = float(wprefix[0, stops[k]] - wprefix[0, starts[k]])
         state[k] = float(wprefix[1, stops[k]] - wprefix[1, starts[k]])
@@ -474,25 +479,9 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
     ist = np.full(11, -1, dtype=np.int64)
     ist[_USES:] = 0
     ev = np.empty((8 * nu + 16 * nb + 16, 4))
-    up_issue = np.empty(nb)
-    up_k = np.empty(nb, dtype=np.int64)
-    pend_k = np.empty(nb, dtype=np.int64)
-    pend_t = np.empty(nb)
-    # op times, for the boundary storages
-    f_start = np.zeros(nu)
-    f_end = np.zeros(nu)
-    r_start = np.full(nu, np.nan)
-    r_end = np.full(nu, np.nan)
-    b_end = np.zeros(nu)
-    w_done = np.zeros(nu)
-    block_start = np.zeros(nb)
-    prefetch_start = np.zeros(nb)
     nan = np.nan
 
     # forward
-    swap_out_end = np.zeros(nb)
-    ckpt_out_end = np.zeros(nb)
-    weights_up_end = np.zeros(nb)
     t = 0.0
     copied = 0.0
     if streamed:
@@ -536,7 +525,6 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
     forward_end = t
 
     # backward
-    prefetch_end = np.zeros(nb)
     host_end = 0.0
     grads_down_end = 0.0
     net_end = 0.0

@@ -11,6 +11,8 @@ rule large_nlp:
         "results/large_nlp/{hw}/{model}.csv",
     log:
         "logs/large_nlp/{hw}/{model}.log",
+    benchmark:
+        "logs/benchmarks/large_nlp/{hw}/{model}.tsv",
     params:
         hardware=config["hardware"],
         nodes=config["large_nlp"]["nodes"],
@@ -25,6 +27,8 @@ rule large_nlp_whatif:
         "results/large_nlp/whatif.csv",
     log:
         "logs/large_nlp_whatif.log",
+    benchmark:
+        "logs/benchmarks/large_nlp_whatif.tsv",
     params:
         hardware=config["large_nlp"]["whatif_hardware"],
         models=config["large_nlp"]["models"],
@@ -41,6 +45,8 @@ rule validate_tensor_parallel:
         "results/tp_validation/{model}.csv",
     log:
         "logs/validate_tensor_parallel/{model}.log",
+    benchmark:
+        "logs/benchmarks/validate_tensor_parallel/{model}.tsv",
     params:
         batch=config["large_nlp"]["validate"]["global_batch"],
         steps=config["large_nlp"]["validate"]["steps"],
@@ -74,6 +80,8 @@ rule large_nlp_table:
                       category="4. Large NLP: data parallel vs model parallel"),
     log:
         "logs/large_nlp_table.log",
+    benchmark:
+        "logs/benchmarks/large_nlp_table.tsv",
     params:
         hardware=config["hardware"],
     conda:

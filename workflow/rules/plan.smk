@@ -10,6 +10,8 @@ rule compare_strategies:
         plans=directory("results/plans/{hw}/{model}"),
     log:
         "logs/compare_strategies/{hw}/{model}.log",
+    benchmark:
+        "logs/benchmarks/compare_strategies/{hw}/{model}.tsv",
     params:
         hardware=config["hardware"],
         strategies=config["strategies"],
@@ -33,6 +35,8 @@ rule speedup_table:
                       category="1. Single GPU (simulated)"),
     log:
         "logs/speedup_table.log",
+    benchmark:
+        "logs/benchmarks/speedup_table.tsv",
     params:
         hardware=config["hardware"],
         paper_models=config["speedup_models"],
@@ -59,6 +63,8 @@ rule speedup_table_precision:
         precision="fp32|fp16|bf16",
     log:
         "logs/speedup_table_{precision}.log",
+    benchmark:
+        "logs/benchmarks/speedup_table_{precision}.tsv",
     params:
         hardware=config["hardware"],
         precision=lambda wc: wc.precision,
@@ -77,6 +83,8 @@ rule gantt:
                category="1. Single GPU (simulated)"),
     log:
         "logs/gantt/{model}.log",
+    benchmark:
+        "logs/benchmarks/gantt/{model}.tsv",
     params:
         hardware=config["hardware"],
         strategies=config["strategies"],

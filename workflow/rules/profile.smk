@@ -10,6 +10,8 @@ rule profile_analytic:
         csv="results/profiles/analytic/{hw}/{model}.csv",
     log:
         "logs/profile_analytic/{hw}/{model}.log",
+    benchmark:
+        "logs/benchmarks/profile_analytic/{hw}/{model}.tsv",
     params:
         source="analytic",
         size="paper",
@@ -33,6 +35,8 @@ rule profile_measured:
         csv="results/profiles/measured/{size}/{model}.csv",
     log:
         "logs/profile_measured/{size}/{model}.log",
+    benchmark:
+        "logs/benchmarks/profile_measured/{size}/{model}.tsv",
     params:
         source="measured",
         size=lambda wc: wc.size,

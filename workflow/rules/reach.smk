@@ -13,6 +13,8 @@ rule reach:
         figure="results/figures/reach.png",
     log:
         "logs/reach.log",
+    benchmark:
+        "logs/benchmarks/reach.tsv",
     params:
         hardware=config["hardware"],
         strategies=config["strategies"],

@@ -8,6 +8,8 @@ rule validate_runtime:
         profile="results/runtime/{model}.profile.json",
     log:
         "logs/validate_runtime/{model}.log",
+    benchmark:
+        "logs/benchmarks/validate_runtime/{model}.tsv",
     params:
         batch=lambda wc: config["runtime"]["batch"].get(wc.model, 0),
         build=runtime_build,
@@ -32,6 +34,8 @@ rule validate_reach:
         profile="results/runtime_reach/{model}.profile.json",
     log:
         "logs/validate_reach/{model}.log",
+    benchmark:
+        "logs/benchmarks/validate_reach/{model}.tsv",
     params:
         batch=lambda wc: config["runtime"]["reach"]["batch"],
         below=config["runtime"]["reach"]["below_block_floor"],
@@ -61,6 +65,8 @@ rule runtime_table:
         terms_md="results/tables/measured_vs_predicted_terms.md",
     log:
         "logs/runtime_table.log",
+    benchmark:
+        "logs/benchmarks/runtime_table.tsv",
     conda:
         "../../environment.yml"
     script:

@@ -9,6 +9,8 @@ rule scaling:
         "results/scaling/{hw}/{model}.csv",
     log:
         "logs/scaling/{hw}/{model}.log",
+    benchmark:
+        "logs/benchmarks/scaling/{hw}/{model}.tsv",
     params:
         hardware=config["hardware"],
         nodes=config["scaling"]["nodes"],
@@ -29,6 +31,8 @@ rule scaling_table:
                       category="3. Multi-node data parallel"),
     log:
         "logs/scaling_table.log",
+    benchmark:
+        "logs/benchmarks/scaling_table.tsv",
     params:
         hardware=config["hardware"],
     conda:
@@ -42,6 +46,8 @@ rule validate_distributed:
         "results/distributed/{model}.csv",
     log:
         "logs/validate_distributed/{model}.log",
+    benchmark:
+        "logs/benchmarks/validate_distributed/{model}.tsv",
     params:
         batch=config["distributed"]["batch"],
         steps=config["distributed"]["steps"],
@@ -69,6 +75,8 @@ rule distributed_table:
         md="results/tables/distributed_validation.md",
     log:
         "logs/distributed_table.log",
+    benchmark:
+        "logs/benchmarks/distributed_table.tsv",
     conda:
         "../../environment.yml"
     script:
@@ -90,6 +98,8 @@ rule regression:
         "results/tables/regression.md",
     log:
         "logs/regression.log",
+    benchmark:
+        "logs/benchmarks/regression.tsv",
     # Reports a verdict per number and exits 0 whatever they are (a busy machine must not fail a
     # reproduction run); only a missing table or a bad reference fails it. CI runs
     # `karma compare --strict` after the pipeline (.ci/run).

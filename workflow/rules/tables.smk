@@ -16,6 +16,8 @@ rule footprint_table:
                             category="0. Models"),
     log:
         "logs/footprint_table.log",
+    benchmark:
+        "logs/benchmarks/footprint_table.tsv",
     params:
         hardware=config["hardware"],
     conda:
@@ -36,6 +38,8 @@ rule paper_claims:
         md="results/tables/paper_claims.md",
     log:
         "logs/paper_claims.log",
+    benchmark:
+        "logs/benchmarks/paper_claims.tsv",
     conda:
         "../../environment.yml"
     script:
@@ -49,6 +53,8 @@ rule calibration:
         md="results/tables/calibration.md",
     log:
         "logs/calibration.log",
+    benchmark:
+        "logs/benchmarks/calibration.tsv",
     conda:
         "../../environment.yml"
     script:
