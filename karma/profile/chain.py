@@ -33,6 +33,9 @@ class UnitTimes:
     forward_spread: float = 0.0
     backward_spread: float = 0.0
     holdout: tuple[float, ...] = ()  # a second, independent estimate of the four times above
+    # per timed repeat (forward, backward, extra last, extra inside): what a source that pools the recompute
+    # premium over the chain reads (karma/profile/measured.py); empty where the times are not measured
+    samples: tuple[tuple[float, float, float, float], ...] = ()
 
 
 #: (unit, input, loss or None, target or None, trace) -> its times
@@ -96,13 +99,17 @@ class BoundaryIds:
 
 
 def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source: str, label: str,
-                  note: str, progress=None, policy: str | None = None) -> Profile:
+                  note: str, progress=None, policy: str | None = None,
+                  finish: Callable[[list[UnitTimes]], list[UnitTimes]] | None = None) -> Profile:
     """Trace and time every unit of `model` on `device`; `progress(i, n, name)` after each; `policy`:
-    the autocast op lists of a mixed-precision trace on meta (karma.core.precision.MetaAutocast)."""
+    the autocast op lists of a mixed-precision trace on meta (karma.core.precision.MetaAutocast);
+    `finish` turns every unit's times (one per unit, in chain order, shared by units of one shape) into the
+    times the profile keeps, where an estimate needs the whole chain (the measured recompute premium)."""
     x, y = model.make_batch(device=device)
     seen: set[int] = set()
     cache: dict[tuple, tuple[UnitTrace, UnitTimes]] = {}
     units = []
+    occurrences: list[UnitTimes] = []
     owner: dict[int, int] = {}  # weight -> the first unit using it
     shared = [0] * len(model.units)
     named = list(model.units.named_children())
@@ -117,6 +124,7 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
             trace = trace_unit(unit, x, loss, target, model.precision, policy)
             cache[key] = (trace, timer(unit, x, loss, target, trace))
         trace, times = cache[key]
+        occurrences.append(times)
         output = trace.output if fresh else rebuilt_output(trace, x)
         boundary_out, boundary_saved = ids.unit(x, output, trace, first=i == 0, last=last)
         params, buffers, tied, state = weight_bytes(unit, seen, model.optimizer)
@@ -161,6 +169,9 @@ def profile_chain(model: ChainModel, device: torch.device, timer: Timer, source:
     for p in model.units.parameters():
         p.grad = None
     units = [replace(u, shared_param_bytes=shared[i]) for i, u in enumerate(units)]
+    if finish is not None:
+        units = [replace(u, recompute_extra_time=t.recompute_extra, recompute_inner_extra_time=t.recompute_inner_extra,
+                         holdout=t.holdout) for u, t in zip(units, finish(occurrences), strict=True)]
     if not ids.several:  # every boundary one tensor: the block-level memory model needs no storage ids
         units = [replace(u, boundary_out=(), boundary_saved=()) for u in units]
     return Profile(model=model.name, size=model.size, batch=model.batch, source=source, device=label,

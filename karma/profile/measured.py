@@ -13,14 +13,16 @@ the last unit of its segment (UnitProfile.recompute_extra_time; checkpoint's ear
 stop skips a tail nobody saved, so it may be negative). Inside a segment the next
 unit saves the output, so it is made again: a second pair of runs ends in an op
 that saves each output tensor (x * x, in both runs, so that its own costs cancel)
-and gives recompute_inner_extra_time. Medians over the repeats of the paired
-differences, never below minus the forward, and 0 (the paper's recompute = forward) unless
-every repeat agrees on the sign (`consistent_extra`): a difference of three noisy passes moves
-+-20% of a forward from repeat to repeat, and the planner picks the plans whose recompute
-looks cheapest, noise included: a recompute the noise makes look cheap draws KARMA to plans
-that then run slower than predicted. On this CPU a recompute costs 1.3-1.5x the forward on
-ResNet-50's bottlenecks and 0.5-0.8x as the last unit of a WRN-28-10 segment (docs/machine.md),
-so costing every recompute at its forward mispredicts recomputing plans both ways.
+and gives recompute_inner_extra_time.
+
+One unit's premium is a difference of noisy passes, within its own noise (a few repeats move it by
+a fifth of a forward), and the planner picks the plans whose recompute looks cheapest, noise
+included. So the premium is estimated for the whole chain, as a fraction of the forward
+(`pooled_premiums`): per repeat, the units' premiums summed over the chain (each unit as often as it
+occurs) over their forwards summed; the median over the repeats where every repeat agrees on the sign,
+else 0 (the paper's recompute = forward); never below minus one forward. Every unit's premium is that
+fraction of its own forward. Summed over tens of units the noise largely cancels; a chain of one repeated
+layer gets no such help, and then the sign rule decides. The held-out estimate pools its own repeats.
 
 Each time carries its spread (half the range of the repeats), and with `holdout` a second estimate
 from as many more repeats, interleaved with the first (docs/profiles.md, *A measurement the planner
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 
@@ -77,8 +80,9 @@ def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: in
               precision: str = "fp32", holdout: bool = False) -> UnitTimes:
     """Median forward and backward seconds of one unit (the forward under autocast in mixed
     precision), and the median extra seconds of recomputing it, as the last unit of its segment
-    and inside one (the module docstring), with their spreads. With `holdout`, twice the repeats,
-    interleaved: the even ones give the times, the odd ones the held-out estimate (UnitProfile.holdout)."""
+    and inside one (the module docstring), with their spreads and the samples of every timed repeat.
+    With `holdout`, twice the repeats, interleaved: the even ones give the times, the odd ones the
+    held-out estimate (UnitProfile.holdout)."""
 
     def forward(inputs):
         return run_forward(unit, inputs, loss, target, precision)
@@ -100,15 +104,15 @@ def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: in
     times = _estimate(samples[::2] if holdout else samples)
     return UnitTimes(*times, forward_spread=_half_range([s[0] for s in samples]),
                      backward_spread=_half_range([s[1] for s in samples]),
-                     holdout=_estimate(samples[1::2]) if holdout else ())
+                     holdout=_estimate(samples[1::2]) if holdout else (), samples=tuple(samples))
 
 
 def _estimate(samples: list[tuple[float, float, float, float]]) -> tuple[float, float, float, float]:
-    """(forward, backward, extra last, extra inside) of the repeats: medians, the extras only where every
-    repeat agrees on the sign and never below minus the forward."""
+    """(forward, backward, extra last, extra inside) of one unit's repeats: medians, the extras never below
+    minus the forward (`pooled_premiums` replaces the extras with the chain's)."""
     f = statistics.median(s[0] for s in samples)
-    return (f, statistics.median(s[1] for s in samples), max(consistent_extra([s[2] for s in samples]), -f),
-            max(consistent_extra([s[3] for s in samples]), -f))
+    return (f, statistics.median(s[1] for s in samples), max(statistics.median(s[2] for s in samples), -f),
+            max(statistics.median(s[3] for s in samples), -f))
 
 
 def _half_range(values: list[float]) -> float:
@@ -116,11 +120,43 @@ def _half_range(values: list[float]) -> float:
 
 
 def consistent_extra(differences: list[float]) -> float:
-    """The median of a recompute's paired extra times where every repeat has the same sign, else 0 (the
+    """The median of repeated premium estimates where every repeat has the same sign, else 0 (the
     module docstring says why). One repeat is taken as it is."""
     if all(d > 0 for d in differences) or all(d < 0 for d in differences):
         return statistics.median(differences)
     return 0.0
+
+
+def premium_fractions(samples: list[tuple[tuple[float, float, float, float], ...]]) -> tuple[float, float]:
+    """The chain's recompute premiums (last in a segment, inside one) as fractions of the forward, from each
+    unit's (every occurrence's) repeats: per repeat the summed premiums over the summed forwards, then
+    `consistent_extra` over the repeats, never below -1 (the module docstring)."""
+    reps = min(len(s) for s in samples)
+    fractions = []
+    for column in (2, 3):
+        per_repeat = []
+        for r in range(reps):
+            forward = sum(s[r][0] for s in samples)
+            per_repeat.append(sum(s[r][column] for s in samples) / forward if forward > 0 else 0.0)
+        fractions.append(max(consistent_extra(per_repeat), -1.0))
+    return fractions[0], fractions[1]
+
+
+def pooled_premiums(occurrences: list[UnitTimes], holdout: bool) -> list[UnitTimes]:
+    """Every unit's times with its recompute premiums replaced by the chain's fraction of its forward
+    (`premium_fractions`), the planning and the held-out repeats each pooled on their own."""
+    halves = [[t.samples[::2] if holdout else t.samples for t in occurrences]]
+    if holdout:
+        halves.append([t.samples[1::2] for t in occurrences])
+    (last, inner), *held = [premium_fractions(half) for half in halves]
+    out = []
+    for t in occurrences:
+        kept = t.holdout
+        if held:
+            f = t.holdout[0]
+            kept = (*t.holdout[:2], held[0][0] * f, held[0][1] * f)
+        out.append(replace(t, recompute_extra=last * t.forward, recompute_inner_extra=inner * t.forward, holdout=kept))
+    return out
 
 
 def measured_profile(model: ChainModel, reps: int = 5, warmup: int = 1, progress=None,
@@ -139,4 +175,5 @@ def measured_profile(model: ChainModel, reps: int = 5, warmup: int = 1, progress
     how = f"median of {reps} runs after {warmup} warm-up" + (f" (and of {reps} more, interleaved, held out)"
                                                              if holdout else "")
     return profile_chain(model, device, timer, "measured", device_label(device),
-                         f"{how}, per distinct unit; recompute timed under torch.utils.checkpoint", progress)
+                         f"{how}, per distinct unit; recompute timed under torch.utils.checkpoint, its premium "
+                         f"pooled over the chain", progress, finish=lambda times: pooled_premiums(times, holdout))

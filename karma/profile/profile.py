@@ -67,9 +67,9 @@ class UnitProfile:
     tensor is made again, so a tail nobody saved, WRN's second convolution and residual add, is
     not recomputed and this may be negative) and the unit inside a segment, whose output the next
     unit saves (`recompute_inner_extra_time`). Both are 0 in an analytic profile (a recompute is
-    the forward again, as the paper's model has it) and measured in a measured one
-    (karma/profile/measured.py): on this CPU a recompute cost 1.3-1.5x the forward on ResNet-50's
-    bottlenecks and 0.5-0.8x as the last unit of a WRN-28-10 segment (docs/machine.md).
+    the forward again, as the paper's model has it) and measured in a measured one, as one fraction
+    of the forward for the whole chain (karma/profile/measured.py says why; docs/machine.md what it is
+    on this CPU).
     `recompute_time(last)` is what a recompute is costed at; neither is below 0.
 
     `input_grad_last`: the backward makes its weight gradients first and its input gradient last

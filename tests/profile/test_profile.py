@@ -12,7 +12,8 @@ from karma.core.hardware import load
 from karma.core.storages import storage_key
 from karma.plan.coarsen import merge
 from karma.profile.analytic import analytic_profile
-from karma.profile.measured import consistent_extra, measured_profile, time_unit
+from karma.profile.chain import UnitTimes
+from karma.profile.measured import consistent_extra, measured_profile, pooled_premiums, time_unit
 from karma.profile.profile import GradientBytes, Profile
 from karma.profile.trace import OpRecorder, trace_unit
 from models import MODELS, build
@@ -235,6 +236,29 @@ def test_a_measured_recompute_is_the_runtimes_checkpointed_forward_inside_the_ba
     ([0.01], 0.01)])
 def test_a_recompute_premium_is_kept_only_where_every_repeat_agrees_on_its_sign(differences, expected):
     assert consistent_extra(differences) == pytest.approx(expected)
+
+
+def _times(forward: float, last: float, inner: float, reps: int = 4) -> UnitTimes:
+    """A unit measured `reps` times at these (forward, extra last, extra inside), as a timer gives it."""
+    samples = tuple((forward, 2 * forward, last, inner) for _ in range(reps))
+    return UnitTimes(forward, 2 * forward, last, inner, samples=samples, holdout=(forward, 2 * forward, last, inner))
+
+
+def test_the_recompute_premium_is_one_fraction_of_the_forward_for_the_chain():
+    """Two units, one occurring twice: the chain's premium is the summed premiums over the summed forwards, each
+    occurrence counted; every unit gets that fraction of its own forward, the held-out half its own."""
+    a, b = _times(1.0, 0.5, -0.1), _times(3.0, 0.3, 0.4)
+    pooled = pooled_premiums([a, a, b], holdout=True)
+    last, inner = (0.5 + 0.5 + 0.3) / 5.0, (-0.1 - 0.1 + 0.4) / 5.0
+    assert [t.recompute_extra for t in pooled] == pytest.approx([last, last, 3 * last])
+    assert [t.recompute_inner_extra for t in pooled] == pytest.approx([inner, inner, 3 * inner])
+    assert [x for t in pooled for x in t.holdout[2:]] == pytest.approx([last, inner, last, inner, 3 * last, 3 * inner])
+
+
+def test_a_premium_the_repeats_disagree_on_is_zero_and_none_is_below_minus_the_forward():
+    noisy = UnitTimes(1.0, 2.0, samples=((1.0, 2.0, 0.3, -3.0), (1.0, 2.0, -0.2, -3.0), (1.0, 2.0, 0.1, -2.0)))
+    (pooled,) = pooled_premiums([noisy], holdout=False)
+    assert pooled.recompute_extra == 0.0 and pooled.recompute_inner_extra == -1.0
 
 
 def test_a_recompute_premium_survives_the_file_and_coarsening(tmp_path):

@@ -51,6 +51,9 @@ rule validate_tensor_parallel:
         batch=config["large_nlp"]["validate"]["global_batch"],
         steps=config["large_nlp"]["validate"]["steps"],
     threads: config["large_nlp"]["validate"]["ranks"]
+    # measured jobs first: one at a time, they are the run's longest chain, and the other jobs fill the
+    # other core meanwhile (snakemake runs the higher priority first)
+    priority: 10
     resources:
         measuring=1,
         mpi="mpiexec",

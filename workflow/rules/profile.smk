@@ -46,6 +46,9 @@ rule profile_measured:
         threads=config["measured"]["threads"],
         precision=config.get("precision", {}).get("measured", "fp32"),
     threads: config["measured"]["threads"]
+    # measured jobs first: one at a time, they are the run's longest chain, and the other jobs fill the
+    # other core meanwhile (snakemake runs the higher priority first)
+    priority: 10
     resources:
         # One measured job at a time so that timings are not disturbed by another job.
         measuring=1,

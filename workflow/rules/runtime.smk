@@ -20,6 +20,9 @@ rule validate_runtime:
         link_mbs=config["runtime"].get("link_mbs"),
         device=config["runtime"].get("device", "cpu"),
     threads: 2
+    # measured jobs first: one at a time, they are the run's longest chain, and the other jobs fill the
+    # other core meanwhile (snakemake runs the higher priority first)
+    priority: 10
     resources:
         measuring=1,
     conda:
@@ -44,6 +47,9 @@ rule validate_reach:
         strategies=config["runtime"]["reach"]["strategies"],
         link_mbs=config["runtime"].get("link_mbs") or 100,
     threads: 2
+    # measured jobs first: one at a time, they are the run's longest chain, and the other jobs fill the
+    # other core meanwhile (snakemake runs the higher priority first)
+    priority: 10
     resources:
         measuring=1,
     conda:

@@ -54,6 +54,9 @@ rule validate_distributed:
         repeats=config["distributed"].get("repeats", 3),
         link_mbs=config["distributed"].get("link_mbs", 300),
     threads: config["distributed"]["ranks"]
+    # measured jobs first: one at a time, they are the run's longest chain, and the other jobs fill the
+    # other core meanwhile (snakemake runs the higher priority first)
+    priority: 10
     resources:
         measuring=1,
         # MPI launcher: mpiexec here (mpich wheel); the Slurm profile sets mpi="srun" (docs/pipeline.md).
