@@ -283,8 +283,8 @@ def _attribute_last_steps(df: pd.DataFrame, profile: Profile, hw: Hardware, capa
     speed = fit_speed(predict, {name: step.time for name, step in last.items()}) or 1.0
     fast_profile, fast_hw = at_speed(profile, hw, speed)
     for name, step in last.items():
-        sim = simulate(fast_profile, plans[name], fast_hw, capacity)
-        mine, theirs = step_terms(step.timeline, step.time), step_terms(sim.timeline, sim.time)
+        sim = simulate(fast_profile, plans[name], fast_hw, capacity)  # its makespan: a time even past capacity
+        mine, theirs = step_terms(step.timeline, step.time), step_terms(sim.timeline, sim.makespan)
         for term, slug in TERM_SLUGS.items():
             df.loc[df.strategy == name, [f"{slug}_measured_s", f"{slug}_predicted_s"]] = mine[term], theirs[term]
         df.loc[df.strategy == name, "terms_processor_speed"] = speed
@@ -350,9 +350,9 @@ def validate(profile: Profile, strategies: list[str], capacity: float, rates: Ra
         df[column] = pd.to_numeric(df[column])
     df["measured_over_predicted"] = df.measured_s / df.predicted_s
     df["peak_measured_over_predicted"] = df.measured_peak_MB / df.predicted_peak_MB
-    predict = predictor(evaluation, hw, planned, plans)
+    predict = predictor(evaluation, hw, capacity, plans)
     expected = _relative_accuracy(df, results, repeats, predict)
-    _attribute_last_steps(df, evaluation, hw, planned, plans, results, predict)
+    _attribute_last_steps(df, evaluation, hw, capacity, plans, results, predict)
     karma = results.get("karma")
     if "karma" in set(df.strategy):
         speedups = {name: None for name in df.strategy}

@@ -158,19 +158,20 @@ def simulate_compiled(profile: Profile, plan: Plan, hw: Hardware, capacity: floa
     flags = np.array([streamed, host_side, order == "naive", half, c.storages, plan.prefetch_depth, gpus, nodes,
                       per_node, shards, OPTIMIZER_STATE_FACTOR[profile.optimizer], STATE_TENSORS[profile.optimizer]],
                      dtype=np.int64)
-    end, peak, over, fstate, istate, h2d, d2h, events = _iteration(
-        c.units, c.weight_prefix, c.size, c.index, np.array(bounds, dtype=np.int64), np.array(codes, dtype=np.int64),
-        scalars, flags)
-    used = sorted((int(istate[q]), q) for q in range(len(QUEUES)) if istate[q] >= 0)
+    blocks_args = (np.array(bounds, dtype=np.int64), np.array(codes, dtype=np.int64), scalars, flags)
     levels = None
     if memory:
-        n = int(istate[_NEV])
-        sequence = _event_order(events, n)
+        end, peak, over, fstate, istate, h2d, d2h, events = _iteration(c.units, c.weight_prefix, c.size, c.index,
+                                                                        *blocks_args)
+        busy, uses = fstate[_BUSY:_BUSY + len(QUEUES)].tolist(), istate[:len(QUEUES)].tolist()
+        sequence = _event_order(events, int(istate[_NEV]))
         levels = list(zip(events[sequence, 0].tolist(),
                           np.cumsum(np.concatenate(([static], events[sequence, 2])))[1:].tolist(), strict=True))
-    return Outcome(end=end, peak=peak, over_block=None if over < 0 else int(over),
-                   busy={QUEUES[q]: float(fstate[_BUSY + q]) for _, q in used}, bytes_h2d=h2d, bytes_d2h=d2h,
-                   memory=levels)
+    else:
+        end, peak, over, h2d, d2h, busy, uses = _summary(c.units, c.weight_prefix, c.size, c.index, *blocks_args)
+    used = sorted((rank, q) for q, rank in enumerate(uses) if rank >= 0)
+    return Outcome(end=end, peak=peak, over_block=None if over < 0 else over,
+                   busy={QUEUES[q]: busy[q] for _, q in used}, bytes_h2d=h2d, bytes_d2h=d2h, memory=levels)
 
 
 def compile_now() -> None:
@@ -178,9 +179,9 @@ def compile_now() -> None:
     (tens of seconds once per installation, then a fraction of a second per process). Test runs call it
     once before their workers start (tests/conftest.py), so that the workers load what it cached."""
     flags = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1], dtype=np.int64)
-    _iteration(np.zeros((len(ROWS), 1)), np.zeros((3, 2), dtype=np.int64), np.zeros(0),
-               np.zeros((4, 2), dtype=np.int64), np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int64),
-               np.ones(10), flags)
+    _summary(np.zeros((len(ROWS), 1)), np.zeros((3, 2), dtype=np.int64), np.zeros(0),
+             np.zeros((4, 2), dtype=np.int64), np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int64),
+             np.ones(10), flags)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -424,6 +425,15 @@ def _prefetch(fs, ist, ev, qh2d, k, issue, streamed, policy, host_ckpt, swap_out
         _, end = _op(fs, ist, ev, qh2d, k, ready, ckpt[k] / h2d_bw, mem_ckpt[k], 0.0, ready)
     prefetch_end[k] = end
     return host_end
+
+
+@njit(cache=True)
+def _summary(uf, wprefix, size, index, bounds, codes, sc, fl):
+    """_iteration's numbers only, as plain values: no array handed back to Python (each costs a conversion)."""
+    end, peak, over, fs, ist, h2d, d2h, _ = _iteration(uf, wprefix, size, index, bounds, codes, sc, fl)
+    busy = (fs[_BUSY], fs[_BUSY + 1], fs[_BUSY + 2], fs[_BUSY + 3], fs[_BUSY + 4], fs[_BUSY + 5])
+    uses = (ist[0], ist[1], ist[2], ist[3], ist[4], ist[5])
+    return end, peak, over, h2d, d2h, busy, uses
 
 
 @njit(cache=True)
