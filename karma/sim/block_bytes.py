@@ -106,6 +106,20 @@ def lent_storages(profile: Profile, plan: Plan) -> list[set[int]]:
     return out
 
 
+def storage_unit_bytes(profile: Profile) -> tuple[list[float], list[float]]:
+    """Per unit of a profile with boundary storage ids, what does not depend on the plan: its saved bytes
+    besides boundary storages, and its forward workspace less a new output nobody saves (that output is
+    held from the op's start as a storage, karma/sim/boundary_memory.py)."""
+    size = storage_bytes_of(profile)
+    own = [float(u.saved_bytes - sum(size[sid] for sid in u.boundary_saved)) for u in profile.units]
+    outputs = [{sid for sid, _ in u.boundary_out} for u in profile.units]
+    workspace = []
+    for i, u in enumerate(profile.units):
+        made = outputs[i] - (outputs[i - 1] if i else set()) - set(u.boundary_saved)
+        workspace.append(max(u.workspace_bytes - sum(size[sid] for sid in made), 0.0))
+    return own, workspace
+
+
 def _storage_block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
     """BlockBytes of a profile with boundary storage ids: a block's copy moves its units' own saved
     bytes and each boundary storage its units save once; between two swapped blocks, a storage both
@@ -113,7 +127,7 @@ def _storage_block_bytes(profile: Profile, plan: Plan, host_side: bool) -> Block
     karma/runtime/saved.py, as vDNN offloads a layer's input once)."""
     units, blocks = profile.units, plan.blocks
     size = storage_bytes_of(profile)
-    own = [float(u.saved_bytes - sum(size[sid] for sid in u.boundary_saved)) for u in units]
+    own, workspace = storage_unit_bytes(profile)
     if blocks[0].policy == "recompute":  # the batch: the first block's checkpoint, counted apart
         own[0] -= min(units[0].saved_input_bytes, units[0].input_bytes)
     saved = [{sid for i in b.units for sid in units[i].boundary_saved} for b in blocks]
@@ -125,11 +139,6 @@ def _storage_block_bytes(profile: Profile, plan: Plan, host_side: bool) -> Block
     batch = units[0].input_bytes  # the first unit's input is the batch: no id, held as before
     ckpt = [float(units[b.start].input_bytes) for b in blocks]
     mem_ckpt = [float(batch) if b.start == 0 else 0.0 for b in blocks]
-    outputs = [{sid for sid, _ in u.boundary_out} for u in units]
-    workspace = []
-    for i, u in enumerate(units):  # a new output nobody saves is held from the op's start (boundary_memory)
-        made = outputs[i] - (outputs[i - 1] if i else set()) - set(u.boundary_saved)
-        workspace.append(max(u.workspace_bytes - sum(size[sid] for sid in made), 0.0))
     params, state, uses, static = _weights(profile, plan, host_side)
     return BlockBytes(own, act, ckpt, params, state, uses, static, lent, borrowed, mem_ckpt=mem_ckpt,
                       mem_out=inner, mem_back=inner, mem_borrowed=[0.0] * nb, workspace=workspace, storages=True)

@@ -10,7 +10,7 @@ kind of chain to 1e-12 relative.
 
 What is kept per profile (`_columns`): the units' numbers as arrays, and at layer granularity each
 boundary storage renumbered 0..S-1 with the storages every unit makes and saves as index lists. What
-is built per plan (`_plan_arrays`): the blocks' bounds and policies. Everything else, block bytes
+is built per plan (in `simulate_compiled`): the blocks' bounds and policies. Everything else, block bytes
 included, is computed in the compiled functions.
 """
 
@@ -27,6 +27,7 @@ from karma.core.hardware import Hardware
 from karma.core.precision import STATE_TENSORS
 from karma.plan.plan import Plan
 from karma.profile.profile import OPTIMIZER_STATE_FACTOR, Profile, input_gradient_bytes
+from karma.sim.block_bytes import storage_unit_bytes
 
 KEEP, SWAP, RECOMPUTE = 0, 1, 2
 _POLICY = {"keep": KEEP, "swap": SWAP, "recompute": RECOMPUTE}
@@ -89,19 +90,13 @@ def _build_columns(profile: Profile) -> Columns:
                 size.append(nbytes)
     out_ptr, out_ids, saved_ptr, saved_ids = [0], [], [0], []
     own, workspace = list(profile.saved_floats), list(profile.workspaces)
-    if storages:  # karma/sim/block_bytes.py's _storage_block_bytes: what does not depend on the plan
-        by_id = {sid: size[renumber[sid]] for sid in renumber}
-        previous: set[int] = set()
-        for i, u in enumerate(units):
+    if storages:
+        own, workspace = storage_unit_bytes(profile)
+        for u in units:
             out_ids += [renumber[sid] for sid, _ in u.boundary_out]
             out_ptr.append(len(out_ids))
             saved_ids += [renumber[sid] for sid in u.boundary_saved]
             saved_ptr.append(len(saved_ids))
-            own[i] = float(u.saved_bytes - sum(by_id[sid] for sid in u.boundary_saved))
-            outputs = {sid for sid, _ in u.boundary_out}
-            made = outputs - previous - set(u.boundary_saved)
-            workspace[i] = max(u.workspace_bytes - sum(by_id[sid] for sid in made), 0.0)
-            previous = outputs
     else:
         out_ptr, saved_ptr = [0] * (n + 1), [0] * (n + 1)
     rows = {
