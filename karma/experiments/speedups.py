@@ -42,6 +42,10 @@ def compare(profile: Profile, hw: Hardware, strategies: list[str], capacity: flo
                 raise
             outcomes[name] = Outcome(name, None, None, error=str(err))
         seconds[name] = time.perf_counter() - start
+    below = [f"{name} {o.time:.6g} s" for name, o in outcomes.items() if o.time is not None and o.time < bound]
+    if below:  # a free soundness check of the simulator against the bound on every real chain of every run
+        raise KarmaError(f"{profile.model}: simulated below the lower bound {bound:.6g} s (simulated on {hw.name}): "
+                         f"{', '.join(below)}; the simulator and karma/sim/bound.py disagree")
     karma = outcomes.get("karma")
     karma_time = karma.time if karma else None
     long = None

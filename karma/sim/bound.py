@@ -69,10 +69,10 @@ tau_j the start of unit j's backward and T the end of the iteration.
 Every constraint holds for the plan's (x, y, TF, t1, tau, a, T), so the minimum
 of T over this mixed-integer program is <= the plan's time. HiGHS
 (scipy.optimize.milp) solves it; we take its *dual* bound (the proven lower end
-of its optimality gap, never the incumbent), or the LP relaxation's optimum if
-it is higher; both are below the MILP optimum. The result is the minimum over
-the three weight layouts, less 1e-6 relative for the solver's feasibility
-tolerance. QED.
+of its optimality gap, never the incumbent) after at most `NODES` branch-and-bound
+nodes, or the LP relaxation's optimum if it is higher; both are below the MILP
+optimum. The result is the minimum over the three weight layouts, less 1e-6
+relative for the solver's feasibility tolerance. QED.
 """
 
 from __future__ import annotations
@@ -185,8 +185,8 @@ def _own_bytes(profile: Profile) -> tuple[np.ndarray, list[float]]:
     return np.array(own, dtype=float), shared
 
 
-def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimizer: str,
-          time_limit: float) -> float:
+def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimizer: str) -> _Layout | None:
+    """The program of one weight layout, or None where some unit's backward alone does not fit."""
     units = profile.units
     n = len(units)
     streamed, host_opt = weights == "streamed", optimizer == "host" or weights == "streamed"
@@ -219,7 +219,7 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
     room = np.array([(capacity - static - live_grads[i] - weights_at[i] - backward_transient(units, i)
                       + split_relief(units, i)) / GB - own[i] for i in range(n)])
     if (room < 0).any():  # some unit's backward alone does not fit
-        return math.inf
+        return None
     prefix = np.concatenate([[0.0], np.cumsum(own)])
 
     X, Y, T1, T2 = 0, n, 2 * n, 2 * n + 1
@@ -286,43 +286,73 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
     else:
         le([(X + j, 1 / d2h) for j in range(n)] + [(T1, -1), (T2, -1)], -down)
         le([(X + j, 1 / h2d) for j in range(n)] + [(T1, -1), (T2, -1)], -up)
-    return _solve(p, n, own, time_limit, T1, T2)
+    return _Layout(p, n, own, T1, T2)
 
 
-def _solve(p: _Program, n: int, own: np.ndarray, time_limit: float, t1: int, t2: int) -> float:
-    c = np.zeros(p.nv)
-    c[t1] = c[t2] = 1.0
-    # A unit's bytes all follow its block's policy: x and y are 0/1 choices scaled by its bytes.
-    scale = np.ones(p.nv)
-    scale[: n] = scale[n: 2 * n] = np.where(own > 0, own, 1.0)
-    constraints = LinearConstraint(p.matrix(scale), -np.inf, np.array(p.rhs))
-    lower, upper = np.zeros(p.nv), np.full(p.nv, np.inf)
-    upper[: 2 * n] = np.where(own > 0, 1.0, 0.0).tolist() * 2
-    upper[p.zero] = 0.0
-    relaxed = milp(c, bounds=Bounds(lower, upper), constraints=constraints)
-    if relaxed.status == 2:  # infeasible even fractionally: no plan of this layout can fit
-        return math.inf
-    if relaxed.status != 0:
-        raise RuntimeError(f"lower bound LP failed: {relaxed.message}")
-    bound = relaxed.fun
-    if time_limit > 0:
-        integrality = np.zeros(p.nv)
-        integrality[: 2 * n] = 1
-        res = milp(c, integrality=integrality, bounds=Bounds(lower, upper), constraints=constraints,
-                   options={"time_limit": time_limit})
+@dataclass
+class _Layout:
+    """One weight layout's program: its rows, the unit count, the own bytes scaling x and y, the objective."""
+
+    program: _Program
+    n: int
+    own: np.ndarray
+    t1: int
+    t2: int
+
+    def __post_init__(self):
+        p, n = self.program, self.n
+        self.c = np.zeros(p.nv)
+        self.c[self.t1] = self.c[self.t2] = 1.0
+        # A unit's bytes all follow its block's policy: x and y are 0/1 choices scaled by its bytes.
+        scale = np.ones(p.nv)
+        scale[: n] = scale[n: 2 * n] = np.where(self.own > 0, self.own, 1.0)
+        self.constraints = LinearConstraint(p.matrix(scale), -np.inf, np.array(p.rhs))
+        self.lower, self.upper = np.zeros(p.nv), np.full(p.nv, np.inf)
+        self.upper[: 2 * n] = np.where(self.own > 0, 1.0, 0.0).tolist() * 2
+        self.upper[p.zero] = 0.0
+
+    def relaxed(self) -> float:
+        """The LP relaxation's optimum (inf: no plan of this layout fits even fractionally)."""
+        res = milp(self.c, bounds=Bounds(self.lower, self.upper), constraints=self.constraints)
+        if res.status == 2:
+            return math.inf
+        if res.status != 0:
+            raise RuntimeError(f"lower bound LP failed: {res.message}")
+        return max(res.fun, 0.0)
+
+    def integral(self, nodes: int) -> float:
+        """HiGHS's dual bound after at most `nodes` branch-and-bound nodes (inf: proven infeasible)."""
+        integrality = np.zeros(self.program.nv)
+        integrality[: 2 * self.n] = 1
+        res = milp(self.c, integrality=integrality, bounds=Bounds(self.lower, self.upper),
+                   constraints=self.constraints, options={"node_limit": nodes})
         if res.status == 2:
             return math.inf
         dual = getattr(res, "mip_dual_bound", None)
-        if dual is not None and math.isfinite(dual):
-            bound = max(bound, dual)
-    return max(bound, 0.0) * (1 - 1e-6)
+        return max(dual, 0.0) if dual is not None and math.isfinite(dual) else 0.0
 
 
-def lower_bound(profile: Profile, hw: Hardware, capacity: float | None = None, time_limit: float = 1.0) -> float:
+#: Branch-and-bound nodes per weight layout: a work limit, so that the bound is the same number on a loaded
+#: and an idle machine (a time limit made it depend on the machine's speed).
+NODES = 100
+
+
+def lower_bound(profile: Profile, hw: Hardware, capacity: float | None = None, nodes: int = NODES) -> float:
     """Seconds: no feasible plan of (profile, hw, capacity) is faster (see the module docstring).
 
-    `time_limit` (s, per layout) caps the MILP solver; past it, its dual bound is
-    returned, which is still a valid (if looser) lower bound.
+    Each layout's LP relaxation first; then, in the order of their relaxations, the mixed-integer
+    program of every layout whose relaxation is below the least bound so far, its solver stopped after
+    `nodes` branch-and-bound nodes (0: the relaxations alone). A stopped solver's dual bound is still a
+    lower bound, and a layout whose relaxation is above another's bound cannot hold the minimum, so it
+    is not solved. Deterministic: the same value on every machine with the same HiGHS.
     """
     capacity = hw.device_memory if capacity is None else capacity
-    return min(_case(profile, hw, capacity, w, o, time_limit) for w, o in LAYOUTS)
+    layouts = [case for case in (_case(profile, hw, capacity, w, o) for w, o in LAYOUTS) if case is not None]
+    relaxed = sorted(((case.relaxed(), k) for k, case in enumerate(layouts)), key=lambda pair: pair[0])
+    best = min((value for value, _ in relaxed), default=math.inf)
+    if nodes > 0:
+        best = math.inf
+        for value, k in relaxed:
+            if value < best:
+                best = min(best, max(value, layouts[k].integral(nodes)))
+    return best * (1 - 1e-6)

@@ -6,6 +6,7 @@ from unittest import mock
 import pandas as pd
 import pytest
 
+from karma.core.errors import KarmaError
 from karma.core.hardware import load
 from karma.experiments import speedups
 from karma.experiments.planner_gap import blame
@@ -51,8 +52,9 @@ def test_compare_runs_the_long_search_only_for_a_plan_over_the_target():
                             output_bytes=1e7, param_bytes=1e6, optimizer_bytes=1e6) for i in range(4))
     profile = Profile(model="chain", size="tiny", batch=1, source="analytic", device=hw.name, optimizer="sgd",
                       units=units)
-    for bound, searched in ((1.0, False), (1e-6, True)):
-        with mock.patch.object(speedups, "lower_bound", return_value=bound), \
+    for target, searched in ((1e12, False), (1.05, True)):
+        with mock.patch.object(speedups, "lower_bound", return_value=1e-6), \
+                mock.patch.object(speedups, "BOUND_TARGET", target), \
                 mock.patch.object(speedups, "long_search", return_value=0.5) as long:
             table, _ = speedups.compare(profile, hw, ["checkpoint", "karma"])
         assert long.called == searched
@@ -61,6 +63,21 @@ def test_compare_runs_the_long_search_only_for_a_plan_over_the_target():
             mock.patch.object(speedups, "LONG_SEARCH_UNITS", 3), mock.patch.object(speedups, "long_search") as long:
         table, _ = speedups.compare(profile, hw, ["karma"])
     assert not long.called and table.long_search_s.isna().all()  # too long a chain: the note says what to run
+
+
+def test_a_strategy_simulated_below_the_bound_stops_the_comparison():
+    """The bound is below every plan the simulator accepts (karma/sim/bound.py); a time under it means the
+    simulator or the bound is wrong, and the pipeline stops rather than report it."""
+    hw = load("v100-abci")
+    units = tuple(make_unit(f"u{i}", forward_time=1e-3, backward_time=2e-3, saved_bytes=1e8, input_bytes=1e7,
+                            output_bytes=1e7, param_bytes=1e6, optimizer_bytes=1e6) for i in range(4))
+    profile = Profile(model="chain", size="tiny", batch=1, source="analytic", device=hw.name, optimizer="sgd",
+                      units=units)
+    table, _ = speedups.compare(profile, hw, ["checkpoint", "karma"])
+    assert (table.time_over_bound >= 1).all()
+    with mock.patch.object(speedups, "lower_bound", return_value=1.0), \
+            pytest.raises(KarmaError, match="below the lower bound"):
+        speedups.compare(profile, hw, ["checkpoint", "karma"])
 
 
 def test_a_margin_within_the_models_measured_error_is_a_tie():

@@ -17,7 +17,7 @@ from karma.planner.planner import plan
 from karma.profile.analytic import analytic_profile
 from karma.profile.profile import Profile
 from karma.sim import bound
-from karma.sim.bound import lower_bound
+from karma.sim.bound import NODES, lower_bound
 from karma.sim.simulate import simulate
 from models import build
 from tests.chains import adversarial_chains, exhaustive_best, make_unit
@@ -27,9 +27,9 @@ GB = 1e9
 SETTINGS = settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
-def _sound(profile, hw, capacity, time_limit=1.0):
+def _sound(profile, hw, capacity, nodes=NODES):
     best, plan = exhaustive_best(profile, hw, capacity)
-    bound = lower_bound(profile, hw, capacity, time_limit=time_limit)
+    bound = lower_bound(profile, hw, capacity, nodes=nodes)
     if best is None:
         return True
     assert bound <= best * (1 + 1e-9) + 1e-12, (bound, best, plan)
@@ -46,8 +46,8 @@ def test_no_plan_of_the_whole_space_beats_the_bound(case):
 @settings(max_examples=examples(10), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(adversarial_chains(min_units=3, max_units=4))
 def test_the_bound_is_sound_without_the_integer_search(case):
-    """time_limit=0: only the LP relaxation, which is lower still."""
-    assert _sound(*case, time_limit=0.0)
+    """nodes=0: only the LP relaxation, which is lower still."""
+    assert _sound(*case, nodes=0)
 
 
 def test_the_issue_counter_example():
@@ -139,5 +139,25 @@ def test_the_program_grows_linearly_with_the_chain():
         profile = Profile(model="chain", size="tiny", batch=1, source="analytic", device=hw.name, optimizer="sgd",
                           units=units)
         with mock.patch.object(bound._Program, "matrix", counted):
-            lower_bound(profile, hw, 5e9, time_limit=0)
+            lower_bound(profile, hw, 5e9, nodes=0)
     assert sizes[200] < 2.2 * sizes[100]
+
+
+def test_the_bound_is_a_work_limit_not_a_time_limit():
+    """The solver stops after `NODES` branch-and-bound nodes, never after a time: plan / bound, which the
+    tables report and CI compares, is then the same number on a loaded and an idle machine."""
+    hw = load("v100-abci")
+    profile = analytic_profile(build("resnet50", "paper", device="meta"), hw)
+    options = []
+    real = bound.milp
+
+    def recorded(*args, **kwargs):
+        options.append(dict(kwargs.get("options") or {}))  # a copy: milp empties the dict it is given
+        return real(*args, **kwargs)
+
+    with mock.patch.object(bound, "milp", recorded):
+        first = lower_bound(profile, hw)
+    assert options and all("time_limit" not in o for o in options)
+    assert any(o.get("node_limit") == NODES for o in options), options
+    assert lower_bound(profile, hw) == first
+    assert lower_bound(profile, hw, nodes=0) <= first
