@@ -22,10 +22,11 @@ import csv
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from karma.core.errors import KarmaError
 from karma.core.hardware import Hardware, load
+from karma.planner.config import PlannerConfig
 from karma.planner.planner import plan
 from karma.profile.analytic import analytic_profile
 from karma.profile.profile import Profile
@@ -72,12 +73,13 @@ class Gap:
         return " + ".join(out) or "-"
 
 
-def planned(profile: Profile, hw: Hardware, capacity: float | None = None, **options) -> tuple[float, float]:
-    """(simulated iteration time, CPU seconds to plan) of `plan(profile, ...)`; inf if nothing fits."""
+def planned(profile: Profile, hw: Hardware, capacity: float | None = None,
+            config: PlannerConfig | None = None) -> tuple[float, float]:
+    """(simulated iteration time, CPU seconds to plan) of `plan(profile, ..., config=config)`; inf if nothing fits."""
     capacity = hw.device_memory if capacity is None else capacity
     start = time.process_time()
     try:
-        result = plan(profile, hw, capacity, **options)
+        result = plan(profile, hw, capacity, config=config)
     except KarmaError:  # no plan fits
         return math.inf, time.process_time() - start
     seconds = time.process_time() - start
@@ -90,8 +92,9 @@ def long_search(profile: Profile, hw: Hardware, capacity: float | None = None) -
     """Simulated seconds of the faster of two long searches (ten times the budget, coarse to fine and
     unit by unit): the reference the default planner is held to, and what says whether a plan far
     from the bound is the search's fault."""
-    return min(planned(profile, hw, capacity, work=10)[0],
-               planned(profile, hw, capacity, groups=len(profile.units), work=10)[0])
+    long = PlannerConfig().longer(10)
+    return min(planned(profile, hw, capacity, long)[0],
+               planned(profile, hw, capacity, replace(long, groups=len(profile.units)))[0])
 
 
 def blame(over_bound: float, long_over_bound: float) -> str:
@@ -103,7 +106,7 @@ def blame(over_bound: float, long_over_bound: float) -> str:
 
 
 def measure(profile: Profile, hw: Hardware, seeds: list[int], long: bool = True, bound: bool = False) -> Gap:
-    runs = [planned(profile, hw, seed=s) for s in seeds]
+    runs = [planned(profile, hw, config=PlannerConfig(seed=s)) for s in seeds]
     reference = long_search(profile, hw) if long else None
     return Gap(profile.model, [t for t, _ in runs], [s for _, s in runs], reference,
                lower_bound(profile, hw, hw.device_memory) if bound else None)

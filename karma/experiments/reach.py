@@ -40,6 +40,7 @@ from karma.core.errors import KarmaError
 from karma.core.hardware import Hardware
 from karma.experiments.scaling import CONSTANT
 from karma.plan.plan import Plan
+from karma.planner.config import PlannerConfig
 from karma.planner.planner import plan as karma_plan
 from karma.profile.analytic import analytic_profile
 from karma.profile.profile import Profile, UnitProfile
@@ -51,7 +52,8 @@ from models.registry import build, spec
 LIMIT_FACTOR = 64
 #: Multiples of the largest in-core batch at which every strategy's throughput is reported.
 MULTIPLES = (1, 2, 4, 8)
-#: KARMA planner budget (karma.planner.planner.plan `work`) of the feasibility checks in the bisection.
+#: KARMA planner budget (a factor on PlannerConfig's budgets, `PlannerConfig.longer`) of the feasibility
+#: checks in the bisection.
 SEARCH_WORK = 0.1
 
 
@@ -162,7 +164,7 @@ def attempt(strategy: str, profile: Profile, hw: Hardware, capacity: float, work
     frugal one); None when it has none. KARMA's planner runs at `work` and has none when nothing fits."""
     try:
         if strategy == "karma":
-            return karma_plan(profile, hw, capacity, work=work)
+            return karma_plan(profile, hw, capacity, config=PlannerConfig().longer(work))
         return get(strategy)(profile, hw, capacity)
     except KarmaError:
         return None

@@ -15,7 +15,7 @@ without prefetched swaps, so each result is simulated and, while over
 capacity, solved again with the budget lowered by the excess (as
 `karma.planner.polish.exact_seeds`). The program keeps every unit a block of its
 own; the prefetch depth counts blocks, so kept runs are also tried merged,
-merged at the source plan's cuts, and cut every `KEPT_LENGTHS` units: where
+merged at the source plan's cuts, and cut every `kept_lengths` units (PlannerConfig): where
 the kept blocks end decides when the copies back of the blocks before them
 start, and so how long they are held beside the kept units' backward.
 """
@@ -25,18 +25,6 @@ from __future__ import annotations
 from karma.plan.space import LAYOUTS, Blocks, State
 from karma.planner.recompute_dp import BUCKETS, Chain, solve
 from karma.planner.search import INFEASIBLE, Search
-
-#: Budget steps per re-tiling (each one dynamic program and a few simulations).
-TRIES = 4
-#: Kept runs whose heads `grow_swaps` swaps, its re-tilings there at most, and its single recomputed units.
-GROW_RUNS = 2
-GROW_TRIES = 6
-GROW_SINGLES = 4
-#: Lengths the kept runs of a re-tiled plan are cut into too: on ResNet-1001 a re-tiled swap set with its
-#: kept runs cut every 32 or 48 units is far faster than with each run one block or cut at the source
-#: plan's cuts. A finer set of lengths (8, 12, 16, ... 96) finds the same plans, a coarser one (8, 16, 32,
-#: 64) a slower one: the lengths are not tuned finer than that (docs/measurements/README.md).
-KEPT_LENGTHS = (16, 32, 48)
 
 
 def static_bytes(search: Search, layout: str) -> float:
@@ -84,13 +72,13 @@ def _retile(search: Search, chain: Chain, swaps, cuts: set[int], layout: str, ho
             longest: int | None) -> list[State]:
     budget = search.capacity - static_bytes(search, layout)
     rate = search.hw.d2h_bw if host_checkpoints else None
-    for _ in range(TRIES):
+    for _ in range(search.config.seed_tries):
         tiles = solve(chain, budget, swaps, host_checkpoints, rate, longest)
         if tiles is None:
             return []
         tiles = tuple(tiles)
         shapes = dict.fromkeys((tiles, merge_kept(tiles, cuts), merge_kept(tiles, set()))
-                               + tuple(cut_kept(tiles, length) for length in KEPT_LENGTHS))
+                               + tuple(cut_kept(tiles, length) for length in search.config.kept_lengths))
         found = [(shape, d, layout) for shape in shapes for d in search.space.depths]
         fits = [s for s in found if search.cost(s) < INFEASIBLE]
         if fits:
@@ -147,16 +135,15 @@ def with_swap(blocks: Blocks, a: int, b: int) -> Blocks:
     return tuple(sorted(out))
 
 
-def grow_swaps(search: Search, state: State, chains: dict[str, Chain], longest: int | None,
-               runs: int = GROW_RUNS, tries: int = GROW_TRIES, singles: int = GROW_SINGLES) -> State:
+def grow_swaps(search: Search, state: State, chains: dict[str, Chain], longest: int | None) -> State:
     """Swap blocks placed by trial, the rest of each plan re-tiled exactly (`retile`, host checkpoints
     where the space has them), kept while faster:
 
-    * the head of the `runs` longest kept runs, the earliest first (its units are held the longest),
+    * the head of the config's `grow_runs` longest kept runs, the earliest first (its units are held the longest),
       one unit, then two, four..., then bisected between the longest found faster and the shortest
-      not (at most `tries` re-tilings): a swap that frees memory for kept units pays only once the
+      not (at most `grow_tries` re-tilings): a swap that frees memory for kept units pays only once the
       recompute segments around it move too, which the descents' one-edge moves do not reach;
-    * then `singles` times, one recomputed unit (the first of a segment, at the middle of the
+    * then `grow_singles` times, one recomputed unit (the first of a segment, at the middle of the
       segments, then a quarter, three quarters...) swapped instead: where the link is idle, a copy
       that hides costs less than the recompute (KARMA's concurrency analysis, Sec. IV).
 
@@ -165,6 +152,7 @@ def grow_swaps(search: Search, state: State, chains: dict[str, Chain], longest: 
     if "S" not in search.space.kinds:
         return state
     best = state
+    runs, tries, singles = search.config.grow_runs, search.config.grow_tries, search.config.grow_singles
     for a, b in sorted(kept_runs(state[0])[:runs]):  # the earliest first: its units are held the longest
         low, high, failed = 0, b - a + 1, False  # the longest head found faster, the shortest not
         while tries > 0:

@@ -29,18 +29,12 @@ import random
 from dataclasses import dataclass, field
 
 from karma.core.hardware import Hardware
-from karma.plan.space import Space, State, to_plan
+from karma.plan.space import Space, State
+from karma.planner.config import PlannerConfig
 from karma.profile.profile import Profile
-from karma.sim.simulate import simulate
+from karma.sim.compiled import blocks_cost
 
 INFEASIBLE = 1e9
-#: Annealing temperatures, as a fraction of the current time: at the start and at the end. The start is hot
-#: enough to cross the 1-2% ridges between plan families, where a cooler one keeps a walk in the family it
-#: starts in (WRN-28-10, Megatron-1.2B; `python -m karma.experiments.planner_gap`, docs/measurements/README.md).
-HOT = 0.02
-COLD = 0.0002
-#: Share of the annealing moves that change the blocks, the depth and the layout at once.
-JUMP = 0.1
 
 
 @dataclass
@@ -55,23 +49,22 @@ class Search:
     cache: dict[State, float] = field(default_factory=dict)
     spans: dict[State, float] = field(default_factory=dict)
     peaks: dict[State, float] = field(default_factory=dict)
-    repairs: int = 2
+    config: PlannerConfig = field(default_factory=PlannerConfig)
     combos: bool = False
     first: bool = False
 
     def __post_init__(self):
-        self.groups = [(i, i + 1) for i in range(len(self.profile.units))]
         self.overlapping = [d for d in self.space.depths if d] or list(self.space.depths)
 
     def cost(self, state: State) -> float:
         """Seconds if the plan fits; otherwise 1e9 + GB over capacity."""
         if state not in self.cache:
-            result = simulate(self.profile, to_plan(self.profile, self.groups, state), self.hw, self.capacity,
-                              record=False)
-            self.spans[state] = result.makespan
-            self.peaks[state] = result.peak_bytes
-            self.cache[state] = (result.time if result.feasible
-                                 else INFEASIBLE + (result.peak_bytes - self.capacity) / 1e9)
+            blocks, depth, layout = state
+            span, peak, fits = blocks_cost(self.profile, self.hw, self.capacity, blocks, depth,
+                                           layout == "streamed", layout != "resident")
+            self.spans[state] = span
+            self.peaks[state] = peak
+            self.cache[state] = span if fits else INFEASIBLE + (peak - self.capacity) / 1e9
         return self.cache[state]
 
     def frugal(self) -> float:
@@ -88,7 +81,8 @@ class Search:
         return points
 
     def block_moves(self, blocks):
-        """Every block sequence one move away (kind change, split, merge, shift)."""
+        """Every block sequence one move away (kind change, split, merge, shift); `MoveSet` counts the
+        same moves in the same order and builds one by its index."""
         kinds = self.space.kinds
         for kind in kinds:  # every block of one kind at once
             atoms = tuple(piece for a, b, k in blocks
@@ -97,9 +91,8 @@ class Search:
                 yield atoms
         for i in range(len(blocks) - 1):
             (a, m, k1), (_, b, k2) = blocks[i], blocks[i + 1]
-            for d in sorted({-2, -1, 1, 2, (a - m) // 2, (b - m) // 2}):  # and halfway: cuts travel far on a long chain
-                if a < m + d < b:
-                    yield blocks[:i] + ((a, m + d, k1), (m + d, b, k2)) + blocks[i + 2:]
+            for d in _shifts(a, m, b):
+                yield blocks[:i] + ((a, m + d, k1), (m + d, b, k2)) + blocks[i + 2:]
         for i, (a, b, k) in enumerate(blocks):
             for other in kinds:
                 if other != k:
@@ -131,6 +124,21 @@ class Search:
                     new = blocks[:i] + ((a, b, other),) + blocks[i + 1:]
                     yield from ((new, d, w) for d, w in others)
 
+    def _neighbour(self, state: State, blocks: MoveSet, others: list, index: int) -> State:
+        """Neighbour `index` of `state` in `neighbours`' order (`blocks`: its MoveSet, `others`: the other
+        depths and layouts)."""
+        if index < len(blocks):
+            return blocks[index], state[1], state[2]
+        index -= len(blocks)
+        if index < len(others):
+            return (state[0], *others[index])
+        index -= len(others)
+        per_block = (len(self.space.kinds) - 1) * len(others)
+        i, rest = divmod(index, per_block)
+        a, b, k = state[0][i]
+        kind = [other for other in self.space.kinds if other != k][rest // len(others)]
+        return (state[0][:i] + ((a, b, kind),) + state[0][i + 1:], *others[rest % len(others)])
+
     def repair(self, best: State, moves: list[State]) -> State | None:
         """An ejection chain: the neighbours that would be faster but do not fit, each
         followed by its best second move; the best of those that fit and are faster."""
@@ -138,7 +146,7 @@ class Search:
         over = sorted((m for m in moves if self.cache[m] >= INFEASIBLE and self.spans[m] < cost - 1e-12),
                       key=self.spans.__getitem__)
         found = None
-        for first in over[: self.repairs]:
+        for first in over[: self.config.repairs]:
             second = min(self.neighbours(first), key=self.cost, default=None)
             if second is not None and self.cost(second) < min(cost, self.cost(found) if found else cost) - 1e-12:
                 found = second
@@ -174,43 +182,54 @@ class Search:
                     break
                 best = move
                 continue
-            moves = list(self.neighbours(best))
+            # the budget also bounds the scan (a long chain's neighbourhood with combined moves is thousands)
+            moves = []
+            for m in self.neighbours(best):
+                if budget is not None and m not in self.cache and len(self.cache) >= budget:
+                    break
+                self.cost(m)
+                moves.append(m)
             move = min(moves, key=self.cost, default=None)
             if move is None or self.cost(move) >= self.cost(best) - 1e-12:
-                move = self.repair(best, moves) if self.repairs else None
+                move = self.repair(best, moves) if self.config.repairs else None
                 if move is None:
                     break
             best = move
         return best
 
-    def anneal(self, best: State, budget: int, seed: int = 0, hot: float = HOT, cold: float = COLD) -> State:
+    def anneal(self, best: State, budget: int, seed: int = 0) -> State:
         """Simulated annealing from `best`: a random neighbour, taken if it fits and is not
         slower, or slower by a fraction x of the current time with probability exp(-x / t),
-        the temperature t falling geometrically from `hot` to `cold` as the budget is spent
+        the temperature t falling geometrically from the config's `hot` to `cold` as the budget is spent
         (19/20 of `budget` states simulated, or three times as many moves); then steepest
         descent from the fastest state seen until `budget`. A walk crosses the ridges
         between plan families that a descent from a few kicked states rarely does. One
-        move in `JUMP` is a block move together with a random depth and layout: another
+        move in the config's `jump` is a block move together with a random depth and layout: another
         prefetch depth makes a different set of blocks fit, and neither move alone may
         fit (WRN-28-10: depth 2 with a swap early, 1.6% faster than the best depth-4 plan)."""
         rng = random.Random(seed)
+        hot, cold = self.config.hot, self.config.cold
         start = len(self.cache)
         total = max(budget - start, 1)
         current, cost = best, self.cost(best)
-        moves, blocks, tries = None, [], 0
+        moves, blocks, others, tries = None, None, [], 0
         walk = start + total * 19 // 20  # the last steps: a descent from the best
         while len(self.cache) < walk and tries < 3 * total:
             tries += 1
-            if moves is None:
-                blocks = list(self.block_moves(current[0]))
-                moves = list(self.neighbours(current, blocks))
+            if moves is None:  # a random neighbour of `neighbours`, without listing them all
+                blocks = MoveSet(current[0], self.space.kinds, self._split_points(current[0]))
+                others = [(d, w) for d in self.space.depths for w in self.space.layouts
+                          if (d, w) != current[1:]]
+                combos = len(current[0]) * (len(self.space.kinds) - 1) * len(others) if self.combos else 0
+                moves = len(blocks) + len(others) + combos
                 if not moves:
                     break
-            if blocks and rng.random() < JUMP:
+            if len(blocks) and rng.random() < self.config.jump:
                 # jumps keep to overlapping depths (depth 0, on demand, is for reach: the descents try it)
-                move = (rng.choice(blocks), rng.choice(self.overlapping), rng.choice(self.space.layouts))
+                move = (blocks[rng.randrange(len(blocks))], rng.choice(self.overlapping),
+                        rng.choice(self.space.layouts))
             else:
-                move = rng.choice(moves)
+                move = self._neighbour(current, blocks, others, rng.randrange(moves))
             new = self.cost(move)
             spent = max((len(self.cache) - start) / total, tries / (3 * total))
             heat = hot * (cold / hot) ** min(spent, 1.0)
@@ -221,3 +240,60 @@ class Search:
                 if new < self.cost(best) - 1e-12:
                     best = move
         return self.descend(best, budget)
+
+
+def _shifts(a: int, m: int, b: int) -> list[int]:
+    """Moves of the cut m between blocks [a, m) and [m, b): one or two groups, or halfway into either
+    block (cuts travel far on a long chain)."""
+    return [d for d in sorted({-2, -1, 1, 2, (a - m) // 2, (b - m) // 2}) if a < m + d < b]
+
+
+class MoveSet:
+    """The block moves `Search.block_moves` yields for `blocks`, in its order, counted in time linear in
+    the chain and built one at a time by index: an annealing walk draws one random move per step, and
+    listing every move of a long chain's plan (thousands, each a new tuple) cost more than simulating it."""
+
+    def __init__(self, blocks, kinds: tuple[str, ...], points: set[int]):
+        self.blocks, self.kinds = blocks, kinds
+        self.atoms = [kind for kind in kinds if any(k == kind and b - a > 1 for a, b, k in blocks)]
+        self.shifts = [(i, d) for i in range(len(blocks) - 1)
+                       for d in _shifts(blocks[i][0], blocks[i][1], blocks[i + 1][1])]
+        self.changes = len(blocks) * (len(kinds) - 1)
+        self.singles = [i for i, (a, b, _) in enumerate(blocks) if b - a > 2]
+        self.splits = [(i, p) for i, (a, b, _) in enumerate(blocks) for p in range(a + 1, b) if p in points]
+        self.merges = [(i, kind) for i in range(len(blocks) - 1)
+                       for kind in dict.fromkeys((blocks[i][2], blocks[i + 1][2]))]
+        self.sizes = [len(self.atoms), len(self.shifts), self.changes, len(self.singles),
+                      len(self.splits) * len(kinds), len(self.merges)]
+
+    def __len__(self) -> int:
+        return sum(self.sizes)
+
+    def __getitem__(self, index: int):
+        blocks, kinds = self.blocks, self.kinds
+        family = 0
+        while index >= self.sizes[family]:
+            index -= self.sizes[family]
+            family += 1
+        if family == 0:
+            kind = self.atoms[index]
+            return tuple(piece for a, b, k in blocks
+                         for piece in ([(g, g + 1, k) for g in range(a, b)] if k == kind else [(a, b, k)]))
+        if family == 1:
+            i, d = self.shifts[index]
+            (a, m, k1), (_, b, k2) = blocks[i], blocks[i + 1]
+            return blocks[:i] + ((a, m + d, k1), (m + d, b, k2)) + blocks[i + 2:]
+        if family == 2:
+            i, rest = divmod(index, len(kinds) - 1)
+            a, b, k = blocks[i]
+            return blocks[:i] + ((a, b, [other for other in kinds if other != k][rest]),) + blocks[i + 1:]
+        if family == 3:
+            i = self.singles[index]
+            a, b, k = blocks[i]
+            return blocks[:i] + tuple((g, g + 1, k) for g in range(a, b)) + blocks[i + 1:]
+        if family == 4:
+            (i, p), other = self.splits[index // len(kinds)], kinds[index % len(kinds)]
+            a, b, k = blocks[i]
+            return blocks[:i] + ((a, p, k), (p, b, other)) + blocks[i + 1:]
+        i, kind = self.merges[index]
+        return blocks[:i] + ((blocks[i][0], blocks[i + 1][1], kind),) + blocks[i + 2:]

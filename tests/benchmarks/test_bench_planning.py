@@ -14,12 +14,14 @@ Reported, not asserted: wall-clock time is never a test verdict.
 
 import os
 import timeit
+from dataclasses import replace
 
 import pytest
 
 from karma.core.hardware import load
 from karma.experiments.speedups import compare
 from karma.plan.plan import from_policies
+from karma.planner.config import PlannerConfig
 from karma.planner.planner import plan
 from karma.profile.analytic import analytic_profile
 from karma.sim.bound import lower_bound
@@ -46,7 +48,8 @@ def test_planner_paper_model(benchmark, name):
     result = benchmark.pedantic(plan, args=(profile, V100, V100.device_memory), rounds=1, iterations=1)
     benchmark.extra_info["plan_s"] = simulate(profile, result, V100, record=False).time
     if os.environ.get("KARMA_BENCH_LONG"):
-        long = plan(profile, V100, V100.device_memory, groups=len(profile.units), work=10, seed=1)
+        config = replace(PlannerConfig(seed=1).longer(10), groups=len(profile.units))
+        long = plan(profile, V100, V100.device_memory, config=config)
         benchmark.extra_info["long_search_s"] = simulate(profile, long, V100, record=False).time
     assert result.units == len(profile.units)
 

@@ -14,6 +14,7 @@ from torch import nn
 
 from karma.core.hardware import load
 from karma.plan.plan import from_policies
+from karma.planner.config import PlannerConfig
 from karma.planner.planner import plan as karma_plan
 from karma.profile.analytic import analytic_profile
 from karma.sim.simulate import simulate
@@ -85,5 +86,5 @@ def test_resnet50_at_batch_1440_plans_into_a_16_gb_v100_at_layer_granularity():
     n = len(profile.units)
     frugal = from_policies("resnet50", 1440, ["swap"] * n, weights="streamed", prefetch_depth=0, optimizer="host")
     assert simulate(profile, frugal, hw).peak_bytes <= hw.device_memory
-    found = karma_plan(profile, hw, hw.device_memory, work=0.1)
+    found = karma_plan(profile, hw, hw.device_memory, config=PlannerConfig().longer(0.1))
     assert simulate(profile, found, hw).feasible

@@ -2,21 +2,14 @@
 (karma/planner/recompute_dp.py):
 bounded segments, host checkpoints only where their copy hides, swap blocks grown at the head of kept runs."""
 
-from unittest import mock
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from karma.core.hardware import load
 from karma.plan.space import Space
-from karma.planner import planner
 from karma.planner.recompute_dp import Chain, solve
 from karma.planner.retile import cut_kept, grow_swaps, kept_runs, retile, with_swap
 from karma.planner.search import INFEASIBLE, Search
-from karma.profile.analytic import analytic_profile
-from karma.sim.simulate import simulate
-from models import build
 from tests.chains import chains
 from tests.fuzz import examples
 
@@ -132,7 +125,7 @@ def test_grown_swaps_fit_are_no_slower_and_need_swaps_in_the_space(case):
 @SETTINGS
 @given(chains(min_units=3, max_units=8), st.data())
 def test_bounded_retiled_plans_keep_their_swap_blocks_and_fit(case, data):
-    """Re-tiling with bounded segments (a long chain's, karma.planner.polish.retile_limits) keeps the swap
+    """Re-tiling with bounded segments (PlannerConfig.retile_segment) keeps the swap
     blocks, bounds the segments and returns only plans that fit."""
     profile, hw, capacity = case
     n = len(profile.units)
@@ -145,19 +138,3 @@ def test_bounded_retiled_plans_keep_their_swap_blocks_and_fit(case, data):
             assert [x for x in new[0] if x[2] == "S"] == [swap] and search.cost(new) < INFEASIBLE
             assert all(b - a <= 2 for a, b, k in new[0] if k in "Rr")
             assert device or new[2] == "host-optimizer"
-
-
-@pytest.mark.slow
-def test_resnet1001s_plan_swaps_the_head_of_a_kept_run():
-    """The case `grow_swaps` is for (karma/planner/retile.py): ResNet-1001 on v100-abci, whose plans without it
-    stayed 0.5% slower than with it (0.76388 s against 0.76118; simulated, 2026-12-05): the planner's plan
-    is no slower than the polished plan alone, and swaps a block inside what that plan keeps."""
-    hw = load("v100-abci")
-    profile = analytic_profile(build("resnet1001", "paper", device="meta"), hw)
-    with mock.patch.object(planner, "grow_swaps", lambda search, state, *_: state):
-        polished = planner.plan(profile, hw, hw.device_memory)
-    grown = planner.plan(profile, hw, hw.device_memory)
-    time = simulate(profile, grown, hw, hw.device_memory, record=False).time
-    assert time < simulate(profile, polished, hw, hw.device_memory, record=False).time
-    kept = {i for b in polished.blocks if b.policy == "keep" for i in range(b.start, b.stop)}
-    assert any(b.policy == "swap" and set(range(b.start, b.stop)) <= kept for b in grown.blocks)

@@ -1,10 +1,8 @@
 """KARMA's planner phase by phase: merged groups, exact and re-tiled seeds, refinement, walks, determinism."""
 
-import contextlib
 import os
 import subprocess
 import sys
-from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,9 +12,9 @@ from karma.core.errors import KarmaError
 from karma.core.hardware import load
 from karma.plan.coarsen import balanced_groups, block_groups, clean_cuts, merge
 from karma.plan.space import Space, to_plan
-from karma.planner import planner
 from karma.planner import polish as plan_polish
-from karma.planner.planner import REACH_GROUPS, WALKS, plan, unit_walks, walk_depths
+from karma.planner.config import PlannerConfig
+from karma.planner.planner import plan, unit_walks, walk_depths
 from karma.planner.polish import exact_seeds
 from karma.planner.recompute_dp import Chain, solve
 from karma.planner.retile import retile
@@ -64,13 +62,12 @@ def test_exact_recompute_seeds_tile_the_chain_and_fit(case):
 @SETTINGS
 @given(chains(min_units=4, max_units=8))
 def test_exact_seeds_over_runs_of_a_long_chain_tile_it_and_fit(case):
-    """A chain longer than EXACT_UNITS is solved over that many runs (karma/planner/polish.py exact_seeds): its
-    seeds still tile every unit, a kept run one block per unit, and those kept fit."""
+    """A chain longer than the program's `dp_runs` is solved over that many runs (karma/planner/polish.py
+    exact_seeds): its seeds still tile every unit, a kept run one block per unit, and those kept fit."""
     profile, hw, capacity = case
     n = len(profile.units)
-    search = Search(profile, hw, capacity, Space())
-    with mock.patch.object(plan_polish, "EXACT_UNITS", 3):
-        seeds = plan_polish.exact_seeds(search, profile, capacity, Space())
+    search = Search(profile, hw, capacity, Space(), config=PlannerConfig(dp_runs=3))
+    seeds = plan_polish.exact_seeds(search, profile, capacity, Space())
     for state in seeds:
         blocks = state[0]
         assert [a for a, _, _ in blocks] == [0] + [b for _, b, _ in blocks[:-1]] and blocks[-1][1] == n
@@ -109,18 +106,19 @@ def test_retiled_plans_keep_their_swap_blocks_and_fit(case, data):
 
 def test_beyond_the_reach_of_merged_groups_the_planner_searches_from_finer_ones():
     """Where no plan of the coarse chain fits (a merged group's backward alone is over the capacity), the
-    planner searches again from REACH_GROUPS times the groups and keeps the fastest plan (issue 16); where it fits,
+    planner searches again from `reach_groups` times the groups and keeps the fastest plan (issue 16); where it fits,
     one coarse search (the paper models: the pipeline's tables are unchanged)."""
     hw = load("v100-abci")
     blocks = analytic_profile(build("resnet50", "tiny", 16, device="meta"), hw)
     layers = analytic_profile(build("resnet50", "tiny", 16, device="meta", granularity="layer"), hw)
     capacity = 0.9 * blocks.unit_floor_bytes()
-    found = plan(layers, hw, capacity, groups=3, work=0.3)
+    config = PlannerConfig(groups=3).longer(0.3)
+    found = plan(layers, hw, capacity, config=config)
     whole = len(block_groups(layers, min(len(clean_cuts(layers)), 6)))
     assert whole > 3  # the layer chain's first groups are whole blocks, up to twice the groups
-    assert found.notes["coarse_tried"] == [whole] + [3 * f for f in REACH_GROUPS if 3 * f > whole]
+    assert found.notes["coarse_tried"] == [whole] + [3 * f for f in config.reach_groups if 3 * f > whole]
     assert simulate(layers, found, hw, capacity, record=False).feasible
-    roomy = plan(layers, hw, 1e12, groups=3, work=0.3)
+    roomy = plan(layers, hw, 1e12, config=config)
     assert roomy.notes["coarse_tried"] == [whole]
 
 
@@ -165,26 +163,27 @@ def test_a_refined_plan_over_the_capacity_is_repaired_to_the_fastest_neighbour_t
 
 
 def test_walks_keep_to_the_deep_prefetch_depths_where_a_plan_fits(tiny_profile):
-    """A short chain's walks (karma.planner.planner.walk_depths): the deepest `WALKS` overlapping depths but the
+    """The coarse walks (karma.planner.planner.walk_depths): the deepest `walks` overlapping depths but the
     seeds' own, each only where a plan of it fits already; none where no deep prefetch fits (the reach)."""
+    walks = PlannerConfig().walks
     profile, hw = tiny_profile
     search = Search(profile, hw, hw.device_memory, Space())
     blocks = ((0, len(profile.units), "K"),)
     search.cache.update({(blocks, depth, "resident"): 1.0 for depth in (0, 1, 2, 3, 4)})
-    assert walk_depths(search, Space()) == [2, 3, 4][-WALKS:]
-    assert walk_depths(search, Space(depths=(0, 1, 2, 3))) == [2, 3]  # not depth 1, the seeds' own
-    assert walk_depths(search, Space(depths=(1, 2, 3, 4, 5, 6))) == [2, 3, 4][-WALKS:]  # 5, 6: none fits yet
+    assert walk_depths(search, Space(), walks) == [2, 3, 4][-walks:]
+    assert walk_depths(search, Space(depths=(0, 1, 2, 3)), walks) == [2, 3]  # not depth 1, the seeds' own
+    assert walk_depths(search, Space(depths=(1, 2, 3, 4, 5, 6)), walks) == [2, 3, 4][-walks:]  # 5, 6: none fits yet
     search.cache.update({(blocks, depth, "resident"): 1.0 for depth in (5, 6)})
-    assert walk_depths(search, Space(depths=(1, 2, 3, 4, 5, 6))) == [2, 3, 4, 5, 6][-WALKS:]
+    assert walk_depths(search, Space(depths=(1, 2, 3, 4, 5, 6)), walks) == [2, 3, 4, 5, 6][-walks:]
     search.cache.update({(blocks, depth, "resident"): INFEASIBLE + 1.0 for depth in (3, 4)})
-    assert walk_depths(search, Space()) == [2]
-    assert walk_depths(search, Space(depths=(0, 1))) == []
+    assert walk_depths(search, Space(), walks) == [2]
+    assert walk_depths(search, Space(depths=(0, 1)), walks) == []
 
 
 @SETTINGS
 @given(chains(min_units=2, max_units=8))
 def test_unit_walks_end_no_slower_than_they_start_and_are_seeded(case):
-    """karma.planner.planner.unit_walks (a chain of more units than coarse groups, Megatron-1.2B's): from a plan
+    """karma.planner.planner.unit_walks: from a plan
     that fits, the walks return one that fits and is no slower, the same one for the same seed."""
     profile, hw, capacity = case
     n = len(profile.units)
@@ -192,41 +191,11 @@ def test_unit_walks_end_no_slower_than_they_start_and_are_seeded(case):
     search = Search(profile, hw, capacity, Space(), near=2, first=True)
     if search.cost(start) >= INFEASIBLE:
         return
-    found = unit_walks(search, start, 300, seed=3)
+    found = unit_walks(search, start, 300, 0, PlannerConfig(seed=3))
     assert search.cost(found) <= search.cost(start)
     again = Search(profile, hw, capacity, Space(), near=2, first=True)
     again.cost(start)  # the same memo as the first search's: the walks' budgets count from its size
-    assert unit_walks(again, start, 300, seed=3) == found
-
-
-@pytest.mark.slow
-@SETTINGS
-@given(chains(min_units=3, max_units=8))
-def test_a_walked_plan_that_fits_is_final(case):
-    """A chain of more units than groups is walked unit by unit (karma/planner/planner.py step 4); where the walks
-    end in a plan that fits, it is the plan: the polish, which runs after the walks only from a plan over
-    the capacity (its seeds, the most frugal state among them, may still find one that fits), is skipped.
-    (A search of one group per unit, as the reach's finer cuts can be on a short chain, is not walked
-    and is polished.)"""
-    profile, hw, capacity = case
-    events = []
-    walks, polish = planner.unit_walks, planner.polish
-
-    def walked(search, *args, **kwargs):
-        state = walks(search, *args, **kwargs)
-        events.append(("walked", search.cost(state) < INFEASIBLE))
-        return state
-
-    def polished(*args, **kwargs):
-        events.append(("polished",))
-        return polish(*args, **kwargs)
-
-    with (mock.patch.object(planner, "unit_walks", walked), mock.patch.object(planner, "polish", polished),
-          contextlib.suppress(KarmaError)):
-        planner.plan(profile, hw, capacity, groups=2)
-    assert ("walked", True) in events or ("walked", False) in events
-    assert all(not (first == ("walked", True) and then == ("polished",))
-               for first, then in zip(events, events[1:], strict=False))
+    assert unit_walks(again, start, 300, 0, PlannerConfig(seed=3)) == found
 
 
 @pytest.mark.slow

@@ -1,0 +1,42 @@
+"""The local search's neighbourhood (karma/planner/search.py): the annealing walks draw a random move by
+index (`MoveSet`, `Search._neighbour`) instead of listing every move; the drawn moves must be exactly the
+listed ones, in the same order, so that a walk samples the neighbourhood the descents scan."""
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from karma.plan.space import KINDS, Space, blocks_from_runs
+from karma.planner.search import MoveSet, Search
+from karma.profile.profile import Profile
+from tests.chains import V100, make_unit
+from tests.fuzz import examples
+
+SETTINGS = settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck),
+                    database=None)
+
+
+@st.composite
+def states(draw):
+    runs = draw(st.lists(st.tuples(st.sampled_from(KINDS), st.integers(1, 7)), min_size=1, max_size=8))
+    blocks = blocks_from_runs(runs)
+    space = Space(kinds=tuple(draw(st.sets(st.sampled_from(KINDS), min_size=1)) | {k for *_, k in blocks}),
+                  depths=tuple(sorted(draw(st.sets(st.integers(0, 4), min_size=1)))))
+    state = (blocks, draw(st.sampled_from(space.depths)), draw(st.sampled_from(space.layouts)))
+    return state, space, draw(st.sampled_from([None, 1, 2])), draw(st.booleans())
+
+
+@SETTINGS
+@given(states())
+def test_a_move_drawn_by_index_is_the_listed_move_of_that_index(case):
+    state, space, near, combos = case
+    n = state[0][-1][1]
+    units = tuple(make_unit(f"u{i}", forward_time=1e-3, backward_time=2e-3, saved_bytes=1e8) for i in range(n))
+    profile = Profile(model="chain", size="tiny", batch=1, source="analytic", device=V100.name, optimizer="sgd",
+                      units=units)
+    search = Search(profile, V100, 16e9, space, near=near, combos=combos)
+    listed = list(search.block_moves(state[0]))
+    moves = MoveSet(state[0], space.kinds, search._split_points(state[0]))
+    assert [moves[i] for i in range(len(moves))] == listed
+    others = [(d, w) for d in space.depths for w in space.layouts if (d, w) != state[1:]]
+    neighbours = list(search.neighbours(state))
+    assert [search._neighbour(state, moves, others, i) for i in range(len(neighbours))] == neighbours
