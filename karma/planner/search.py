@@ -233,7 +233,9 @@ class Search:
             new = self.cost(move)
             spent = max((len(self.cache) - start) / total, tries / (3 * total))
             heat = hot * (cold / hot) ** min(spent, 1.0)
-            if new <= cost or (new < INFEASIBLE and rng.random() < math.exp(-(new - cost) / (cost * heat))):
+            # (a plan of zero time, all units' times zero, takes no slower move)
+            if new <= cost or (new < INFEASIBLE and cost > 0
+                               and rng.random() < math.exp(-(new - cost) / (cost * heat))):
                 if move != current:
                     moves = None
                 current, cost = move, new

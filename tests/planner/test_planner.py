@@ -6,6 +6,7 @@ from functools import cache
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from karma import strategies as strategy
 from karma.core.errors import KarmaError
@@ -14,10 +15,11 @@ from karma.plan.plan import Plan, from_policies
 from karma.planner.planner import plan
 from karma.profile.analytic import analytic_profile
 from karma.profile.profile import Profile
+from karma.sim.bound import lower_bound
 from karma.sim.simulate import in_core_peak_bytes, simulate
 from models import build
 from models.registry import PAPER_SIX
-from tests.chains import V100, chains, exhaustive_best, make_unit
+from tests.chains import V100, adversarial_units, chains, exhaustive_best, make_unit
 from tests.fuzz import examples
 
 SETTINGS = settings(max_examples=examples(5), deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -185,3 +187,35 @@ def test_plan_for_another_model_is_refused(tiny_profile):
     other = from_policies("other", 1, ["keep"] * (len(profile.units) + 1))
     with pytest.raises(KarmaError, match="plan is for"):
         simulate(profile, other, hw)
+
+
+@st.composite
+def long_chains(draw, min_units: int = 6, max_units: int = 40):
+    """(profile, hardware, capacity) of chains too long for the exhaustive optimum, with shared and tied bytes
+    (tests/chains.py adversarial_units) and the capacity at a random plan's own peak (that plan just fits) or
+    a little over it: near the frugal limit, where the search has the fewest plans that fit."""
+    n = draw(st.integers(min_units, max_units))
+    profile = Profile("random", "tiny", 1, "analytic", "v100-abci", draw(st.sampled_from(["sgd", "adam"])),
+                      draw(adversarial_units(n)))
+    bw = st.one_of(st.floats(0.5e9, 5e9), st.floats(5e9, 200e9))
+    hw = replace(V100, h2d_bw=draw(bw), d2h_bw=draw(bw), link_duplex=draw(st.sampled_from(["full", "half"])))
+    labels = draw(st.lists(st.sampled_from(["keep", "swap", "recompute"]), min_size=n, max_size=n))
+    chosen = from_policies("random", 1, labels, checkpoint=draw(st.sampled_from(["device", "host"])),
+                           weights=draw(st.sampled_from(["resident", "streamed"])),
+                           prefetch_depth=draw(st.integers(0, 4)))
+    peak = simulate(profile, chosen, hw, capacity=float("inf"), record=False).peak_bytes
+    return profile, hw, peak * draw(st.sampled_from([1.0, 1.01, 1.1, 1.5]))
+
+
+@settings(max_examples=examples(4), deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(long_chains())
+def test_on_long_chains_near_the_frugal_limit_the_plan_fits_is_above_the_bound_and_beats_every_baseline(case):
+    """Beyond the exhaustive optimum's reach the bound judges the plan from below (it is sound for every
+    plan, karma/sim/bound.py) and every baseline from above; some plan fits by construction."""
+    profile, hw, capacity = case
+    found = plan(profile, hw, capacity)
+    result = simulate(profile, found, hw, capacity, record=False)
+    assert result.feasible
+    assert result.time >= lower_bound(profile, hw, capacity, nodes=0)
+    for name, time in rivals(profile, hw, capacity).items():
+        assert result.time <= time * (1 + 1e-9), f"KARMA {result.time:.4f} s, {name} {time:.4f} s"
