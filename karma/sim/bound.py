@@ -24,7 +24,8 @@ tau_j the start of unit j's backward and T the end of the iteration.
    tau_j >= t1 + sum_{k>j} b_k + sum_{k>=j} y_k r_k (every later backward and
    every recompute of units >= j, unit j's own included, come first), and
    T >= tau_j + sum_{k<=j} b_k + S + tail, T >= t1 + B + sum_k y_k r_k + S + tail,
-   where S is the device optimizer step (resident weights, device optimizer)
+   where S is the device optimizer step (resident weights, device optimizer; its traffic over
+   the fp32 masters in mixed precision, as the simulator charges it)
    and tail the first unit's gradient download and host update (and upload,
    resident weights with a host optimizer): block 0's gradients go down only
    after its backward.
@@ -195,6 +196,8 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
     back = np.maximum(own - np.array(shared) / GB, 0.0)  # what a swapped unit's own prefetch surely brings
     param = np.array([u.param_bytes for u in units], dtype=float)
     total_params = float(param.sum())
+    # the optimizer's bytes: in mixed precision its step streams the fp32 masters, as the simulator charges it
+    total_state = float(sum(u.optimizer_bytes for u in units))
     d2h, h2d = hw.d2h_bw / GB, hw.h2d_bw / GB  # GB/s
     f = np.array([u.forward_time for u in units])
     r = np.array([min(u.recompute_time(True), u.recompute_time(False)) for u in units])  # either case
@@ -206,13 +209,14 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
     step = tail = up = down = host = 0.0
     if host_opt:
         down = total_params / hw.d2h_bw
-        host = optimizer_traffic_bytes(total_params, profile.optimizer) / hw.host_update_bw
-        tail = param[0] / hw.d2h_bw + optimizer_traffic_bytes(param[0], profile.optimizer) / hw.host_update_bw
+        host = optimizer_traffic_bytes(total_params, profile.optimizer, total_state) / hw.host_update_bw
+        tail = (param[0] / hw.d2h_bw
+                + optimizer_traffic_bytes(param[0], profile.optimizer, units[0].optimizer_bytes) / hw.host_update_bw)
         up = 2 * total_params / hw.h2d_bw if streamed else total_params / hw.h2d_bw
         if not streamed:
             tail += param[0] / hw.h2d_bw
     else:
-        step = optimizer_traffic_bytes(total_params, profile.optimizer) / hw.memory_bw
+        step = optimizer_traffic_bytes(total_params, profile.optimizer, total_state) / hw.memory_bw
     live_grads = list(np.cumsum(grads[::-1])[::-1]) if not host_opt else grads
     weights_at = [(u.param_bytes + u.tied_param_bytes) if streamed else 0 for u in units]
     # memory left for earlier units' bytes when unit i's backward starts (GB)

@@ -168,3 +168,20 @@ def test_the_bound_is_a_work_limit_not_a_time_limit():
     assert any(o.get("node_limit") == NODES for o in options), options
     assert lower_bound(profile, hw) == first
     assert lower_bound(profile, hw, nodes=0) <= first
+
+
+def test_in_mixed_precision_the_host_step_streams_the_fp32_masters():
+    """A host optimizer step over 16-bit weights streams their fp32 masters (karma/sim/simulate.py
+    optimizer_traffic_bytes), twice the 16-bit bytes; the bound charged the 16-bit bytes and so stayed 1.67x
+    below Megatron-LM 8.3B's plans in fp16, whose iteration the host's Adam step sets. Where the weights
+    cannot stay on the device, no plan is faster than that step over all the masters."""
+    hw = load("v100-abci")
+    n16 = 1e9  # 16-bit weights per unit: 2 bytes each; Adam's masters and two moments 12 bytes each
+    units = tuple(make_unit(f"u{i}", forward_time=1e-3, backward_time=2e-3, saved_bytes=1e8, input_bytes=1e7,
+                            output_bytes=1e7, param_bytes=2 * n16, optimizer_bytes=12 * n16) for i in range(4))
+    profile = Profile(model="chain", size="tiny", batch=1, source="analytic", device=hw.name, optimizer="adam",
+                      units=units)
+    capacity = 5e9  # below the 8 GB of 16-bit weights: streamed is the one layout that fits
+    masters = 4 * 4 * n16
+    host_step = (3 + 2 * 2) * masters / hw.host_update_bw
+    assert lower_bound(profile, hw, capacity) >= host_step
