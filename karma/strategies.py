@@ -20,6 +20,7 @@ import baselines
 from karma.core.errors import KarmaError
 from karma.core.hardware import Hardware
 from karma.plan.plan import Plan
+from karma.planner.config import PlannerConfig
 from karma.planner.planner import plan as karma_plan
 from karma.profile.profile import Profile
 from karma.sim.simulate import SimResult, simulate
@@ -71,10 +72,14 @@ class Outcome:
         return "ok" if self.result.feasible else "OOM"
 
 
-def run_strategy(name: str, profile: Profile, hw: Hardware, capacity: float | None = None) -> Outcome:
-    """Plan with strategy `name` and simulate the plan; the plan records its prediction."""
+def run_strategy(name: str, profile: Profile, hw: Hardware, capacity: float | None = None,
+                 config: PlannerConfig | None = None) -> Outcome:
+    """Plan with strategy `name` and simulate the plan; the plan records its prediction. `config`: KARMA's
+    planner settings (karma only; None: the defaults)."""
     capacity = hw.device_memory if capacity is None else capacity
-    plan = get(name)(profile, hw, capacity)
+    if config is not None and name != "karma":
+        raise KarmaError(f"planner settings are KARMA's; strategy '{name}' has none")
+    plan = karma_plan(profile, hw, capacity, config=config) if config is not None else get(name)(profile, hw, capacity)
     if plan is None:
         return Outcome(name, None, None)
     result = simulate(profile, plan, hw, capacity)

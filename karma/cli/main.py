@@ -42,6 +42,7 @@ from karma.core.precision import PROFILE_DTYPE
 from karma.parallel.megatron_model import Layout, best_layout, simulate_layout
 from karma.parallel.tensor_parallel import check_degree
 from karma.plan.plan import Plan
+from karma.planner.config import PlannerConfig
 from karma.profile.build import make_profile, write_profile
 from karma.profile.granularity import auto_note
 from karma.profile.profile import Profile
@@ -118,7 +119,10 @@ def cmd_plan(args) -> None:
     _precision_matches(args, profile)
     hw = load(args.hardware)
     capacity = _capacity(args, hw)
-    outcome = run_strategy(args.strategy, profile, hw, capacity)
+    config = None
+    if args.seed is not None or args.search_factor is not None:
+        config = PlannerConfig(seed=args.seed or 0).longer(args.search_factor or 1.0)
+    outcome = run_strategy(args.strategy, profile, hw, capacity, config)
     if outcome.plan is None:
         raise KarmaError(f"strategy '{args.strategy}' has no plan for {profile.model}")
     if not outcome.result.feasible:
@@ -247,6 +251,9 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("--precision", choices=PRECISIONS,
                     help="the profile's precision (read from its dtype; given, it must match)")
     pl.add_argument("--out", help="plan JSON output path")
+    pl.add_argument("--seed", type=int, help="KARMA's planner: the annealing walks' seed (default 0)")
+    pl.add_argument("--search-factor", type=positive_float,
+                    help="KARMA's planner: every search budget times this (10: a search ten times as long)")
     pl.set_defaults(func=cmd_plan)
     sim = sub.add_parser("simulate", help="simulate one iteration of a plan (the performance model)")
     sim.add_argument("profile")

@@ -8,6 +8,7 @@ import pytest
 
 from karma.cli.args import GRANULARITIES
 from karma.cli.main import main
+from karma.planner.config import PlannerConfig
 from karma.profile.profile import Profile
 from karma.sim.simulate import in_core_peak_bytes
 from models.chain import GRANULARITIES as ZOO
@@ -59,6 +60,21 @@ def test_plan_then_simulate(tmp_path, capsys):
                  "--timeline", str(timeline)]) == 0
     assert "simulated on v100-abci" in capsys.readouterr().out
     assert timeline.read_text().startswith("resource,op,block,start,end")
+
+
+def test_a_longer_search_is_a_config_the_plan_records(tmp_path):
+    """`karma plan --seed --search-factor` set KARMA's PlannerConfig, which the plan file records; a baseline
+    has no planner settings (one line, exit 2)."""
+    profile, plan = tmp_path / "p.json", tmp_path / "plan.json"
+    assert main(["profile", "resnet1001", "--size", "tiny", "--out", str(profile)]) == 0
+    capacity = in_core_peak_bytes(Profile.from_json(profile)) * 0.8 / 1e9
+    assert main(["plan", str(profile), "--capacity-gb", str(capacity), "--seed", "3", "--search-factor", "2",
+                 "--out", str(plan)]) == 0
+    config = json.loads(plan.read_text())["notes"]["planner"]
+    assert config["seed"] == 3 and config["coarse_work"] == 2 * PlannerConfig().coarse_work
+    proc = subprocess.run([sys.executable, "-m", "karma", "plan", str(profile), "--strategy", "rotor", "--seed", "1",
+                           "--out", str(tmp_path / "never.json")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "planner settings are KARMA's" in proc.stderr
 
 
 def test_capacity_below_any_plan_is_one_line(tmp_path):
