@@ -24,6 +24,7 @@ search walks towards feasibility.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from dataclasses import dataclass, field
@@ -114,7 +115,7 @@ class Search:
     def neighbours(self, state: State, moves: list | None = None):
         """Every state one move away; `moves`: the block moves of `state`'s blocks, if known."""
         blocks, depth, layout = state
-        moves = list(self.block_moves(blocks)) if moves is None else moves
+        moves = self.block_moves(blocks) if moves is None else moves  # lazily: a scan may stop at the first
         others = [(d, w) for d in self.space.depths for w in self.space.layouts if (d, w) != (depth, layout)]
         yield from ((new, depth, layout) for new in moves)
         yield from ((blocks, d, w) for d, w in others)
@@ -168,16 +169,14 @@ class Search:
                 # over the capacity (a refined plan the coarser chain under-counted): the fastest neighbour
                 # that fits, else the least over; the first one less over can walk far from the plan. The
                 # budget bounds the scan (a full neighbourhood of a layer chain is hundreds of simulations)
-                scan = (m for m in self.neighbours(best) if budget is None or len(self.cache) < budget)
-                move = min(scan, key=self._repair_key, default=None)
+                move = min(self._within(self.neighbours(best), budget), key=self._repair_key, default=None)
                 if move is None or self.cost(move) >= self.cost(best) - 1e-12:
                     break
                 best = move
                 continue
             if self.first:  # the budget also bounds the scan of one neighbourhood
-                move = next((m for m in self.neighbours(best)
-                             if (budget is None or len(self.cache) < budget)
-                             and self.cost(m) < self.cost(best) - 1e-12), None)
+                move = next((m for m in self._within(self.neighbours(best), budget)
+                             if self.cost(m) < self.cost(best) - 1e-12), None)
                 if move is None:
                     break
                 best = move
@@ -196,6 +195,11 @@ class Search:
                     break
             best = move
         return best
+
+    def _within(self, moves, budget: int | None):
+        """`moves` until `budget` states are in the memo (then none: listing the rest of a long chain's
+        neighbourhood, thousands of new tuples, cost more than the search itself)."""
+        return moves if budget is None else itertools.takewhile(lambda _: len(self.cache) < budget, moves)
 
     def anneal(self, best: State, budget: int, seed: int = 0) -> State:
         """Simulated annealing from `best`: a random neighbour, taken if it fits and is not
