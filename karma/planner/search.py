@@ -24,6 +24,7 @@ search walks towards feasibility.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -33,7 +34,7 @@ from karma.core.hardware import Hardware
 from karma.plan.space import Space, State
 from karma.planner.config import PlannerConfig
 from karma.profile.profile import Profile
-from karma.sim.compiled import blocks_cost
+from karma.sim.compiled import blocks_cost, constants
 
 INFEASIBLE = 1e9
 
@@ -55,14 +56,18 @@ class Search:
     first: bool = False
 
     def __post_init__(self):
+        self._constants: dict[tuple[int, str], tuple] = {}  # karma.sim.compiled.constants per (depth, layout)
         self.overlapping = [d for d in self.space.depths if d] or list(self.space.depths)
 
     def cost(self, state: State) -> float:
         """Seconds if the plan fits; otherwise 1e9 + GB over capacity."""
         if state not in self.cache:
             blocks, depth, layout = state
-            span, peak, fits = blocks_cost(self.profile, self.hw, self.capacity, blocks, depth,
-                                           layout == "streamed", layout != "resident")
+            fixed = self._constants.get((depth, layout))
+            if fixed is None:
+                fixed = self._constants[depth, layout] = constants(self.profile, self.hw, self.capacity,
+                                                                   layout == "streamed", layout != "resident", depth)
+            span, peak, fits = blocks_cost(fixed, blocks)
             self.spans[state] = span
             self.peaks[state] = peak
             self.cache[state] = span if fits else INFEASIBLE + (peak - self.capacity) / 1e9
@@ -248,10 +253,16 @@ class Search:
         return self.descend(best, budget)
 
 
-def _shifts(a: int, m: int, b: int) -> list[int]:
+def _shifts(a: int, m: int, b: int) -> tuple[int, ...]:
     """Moves of the cut m between blocks [a, m) and [m, b): one or two groups, or halfway into either
     block (cuts travel far on a long chain)."""
-    return [d for d in sorted({-2, -1, 1, 2, (a - m) // 2, (b - m) // 2}) if a < m + d < b]
+    return _relative_shifts(m - a, b - m)
+
+
+@functools.cache
+def _relative_shifts(left: int, right: int) -> tuple[int, ...]:
+    """`_shifts` of a cut with `left` groups before it and `right` after (they depend on nothing else)."""
+    return tuple(d for d in sorted({-2, -1, 1, 2, -left // 2, right // 2}) if -left < d < right)
 
 
 class MoveSet:

@@ -160,8 +160,9 @@ def simulate_compiled(profile: Profile, plan: Plan, hw: Hardware, capacity: floa
     bounds.append(blocks[-1].stop)
     codes = [_POLICY[b.policy] + _HOST[b.checkpoint] for b in blocks]
     streamed = plan.weights == "streamed"
-    blocks_args = _arguments(profile, c, hw, capacity, bounds, codes, streamed, host_side, plan.prefetch_depth,
-                             (order == "naive", gpus, nodes, shards))
+    _, scalars, flags = constants(profile, hw, capacity, streamed, host_side, plan.prefetch_depth,
+                                  (order == "naive", gpus, nodes, shards))
+    blocks_args = (np.array(bounds, dtype=np.int64), np.array(codes, dtype=np.int64), scalars, flags)
     levels = None
     if memory:
         end, peak, over, fstate, istate, h2d, d2h, events = _iteration(c.units, c.weight_prefix, c.size, c.index,
@@ -178,10 +179,12 @@ def simulate_compiled(profile: Profile, plan: Plan, hw: Hardware, capacity: floa
                    busy={QUEUES[q]: busy[q] for _, q in used}, bytes_h2d=h2d, bytes_d2h=d2h, memory=levels)
 
 
-def _arguments(profile: Profile, c: Columns, hw: Hardware, capacity: float, bounds: list[int], codes: list[int],
-               streamed: bool, host_side: bool, depth: int, parallel: tuple[bool, int, int, int]) -> tuple:
-    """The kernels' plan arguments: block bounds and codes, the Hardware's rates with this plan's static bytes
-    and the capacity, and the flags; `parallel` is (naive order, gpus, nodes, optimizer shards)."""
+def constants(profile: Profile, hw: Hardware, capacity: float, streamed: bool, host_side: bool, depth: int,
+              parallel: tuple[bool, int, int, int] = (False, 1, 1, 1)) -> tuple:
+    """What the kernels take of a plan besides its blocks: the profile's columns, the Hardware's rates with
+    this plan's static bytes and the capacity, and the flags; `parallel` is (naive order, gpus, nodes,
+    optimizer shards). A search builds them once per (depth, layout) and simulates many block tilings."""
+    c = _columns(profile)
     naive, gpus, nodes, shards = parallel
     buffers, host_opt, device_opt = c.static
     static = buffers if streamed else buffers + (host_opt if host_side else device_opt)
@@ -190,24 +193,23 @@ def _arguments(profile: Profile, c: Columns, hw: Hardware, capacity: float, boun
     flags = np.array([streamed, host_side, naive, hw.link_duplex == "half", c.storages, depth, gpus, nodes,
                       min(gpus, hw.gpus_per_node), shards, OPTIMIZER_STATE_FACTOR[profile.optimizer],
                       STATE_TENSORS[profile.optimizer]], dtype=np.int64)
-    return np.array(bounds, dtype=np.int64), np.array(codes, dtype=np.int64), scalars, flags
+    return c, scalars, flags
 
 
 #: A block's code by the plan space's kind letter (karma/plan/space.py KINDS).
 KIND_CODES = {"K": KEEP, "S": SWAP, "R": RECOMPUTE, "r": RECOMPUTE + 3}
 
 
-def blocks_cost(profile: Profile, hw: Hardware, capacity: float, blocks, depth: int, streamed: bool,
-                host_side: bool) -> tuple[float, float, bool]:
+def blocks_cost(fixed: tuple, blocks) -> tuple[float, float, bool]:
     """(makespan s, peak bytes, fits) of one single-GPU iteration of the plan whose blocks are `blocks`,
-    (start, stop, kind letter) over the units of `profile`: what a search asks of each of its states,
-    without building a Plan (karma/planner/search.py; the same kernel as `simulate_compiled`)."""
-    c = _columns(profile)
+    (start, stop, kind letter) over the units of the profile `fixed` (from `constants`) was made for: what a
+    search asks of each of its states, without building a Plan (karma/planner/search.py; the same kernel as
+    `simulate_compiled`)."""
+    c, scalars, flags = fixed
     bounds = [a for a, _, _ in blocks]
     bounds.append(blocks[-1][1])
-    args = _arguments(profile, c, hw, capacity, bounds, [KIND_CODES[k] for _, _, k in blocks], streamed,
-                      host_side, depth, (False, 1, 1, 1))
-    end, peak, over, *_ = _summary(c.units, c.weight_prefix, c.size, c.index, *args)
+    end, peak, over, *_ = _summary(c.units, c.weight_prefix, c.size, c.index, np.array(bounds, dtype=np.int64),
+                                   np.array([KIND_CODES[k] for _, _, k in blocks], dtype=np.int64), scalars, flags)
     return end, peak, over < 0
 
 
