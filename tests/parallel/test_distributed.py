@@ -39,9 +39,15 @@ def one_process_on_the_global_batch():
     return chain.units.state_dict()
 
 
+# the four-rank runs (13-14 s each on 2 cores) run with the slow tests; two ranks cover every order and layout
+FOUR = pytest.mark.slow
+
+
 @pytest.mark.parametrize("ranks, order, weights, emulated", [
-    (2, "pipelined", "streamed", False), (2, "naive", "streamed", False), (4, "pipelined", "streamed", False),
-    (4, "naive", "streamed", False), (2, "pipelined", "resident", False), (4, "naive", "resident", False),
+    (2, "pipelined", "streamed", False), (2, "naive", "streamed", False),
+    pytest.param(4, "pipelined", "streamed", False, marks=FOUR),
+    pytest.param(4, "naive", "streamed", False, marks=FOUR),
+    (2, "pipelined", "resident", False), pytest.param(4, "naive", "resident", False, marks=FOUR),
     (2, "pipelined", "streamed", True), (2, "naive", "resident", True)])
 def test_ranks_train_like_one_process_on_the_global_batch(tmp_path, ranks, order, weights, emulated):
     """Also with the network and the host optimizer emulated (karma.parallel.data_parallel.Paced): pacing only waits."""

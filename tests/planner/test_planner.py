@@ -207,6 +207,7 @@ def long_chains(draw, min_units: int = 6, max_units: int = 40):
     return profile, hw, peak * draw(st.sampled_from([1.0, 1.01, 1.1, 1.5]))
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(4), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(long_chains())
 def test_on_long_chains_near_the_frugal_limit_the_plan_fits_is_above_the_bound_and_beats_every_baseline(case):
