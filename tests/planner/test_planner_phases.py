@@ -1,8 +1,11 @@
 """KARMA's planner phase by phase: merged groups, exact and re-tiled seeds, refinement, walks, determinism."""
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,7 +24,8 @@ from karma.planner.retile import retile
 from karma.planner.search import INFEASIBLE, Search
 from karma.profile.analytic import analytic_profile
 from karma.profile.profile import backward_transient
-from karma.sim.simulate import simulate
+from karma.sim.bound import lower_bound
+from karma.sim.simulate import in_core_peak_bytes, simulate
 from models import build
 from tests.chains import chains
 from tests.fuzz import examples
@@ -209,3 +213,22 @@ def test_the_plan_does_not_depend_on_the_processs_string_hashes():
     plans = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed},
                             capture_output=True, text=True, check=True).stdout for seed in ("1", "3")}
     assert len(plans) == 1
+
+
+def test_the_plan_and_its_certificate_read_no_clock(tiny_profile):
+    """Every budget counts plans or branch-and-bound nodes (PlannerConfig, karma/sim/bound.py NODES), so the plan
+    and plan / bound are the same on a slow, a fast and a loaded machine: planning and bounding with every clock
+    of the time module broken still works, and gives the same plan."""
+    profile, hw = tiny_profile
+    capacity = 0.6 * in_core_peak_bytes(profile)
+    first, bound = plan(profile, hw, capacity), lower_bound(profile, hw, capacity)
+
+    def broken(*_):
+        raise AssertionError("the planner read a clock")
+
+    clocks = ("time", "perf_counter", "process_time", "monotonic", "perf_counter_ns", "monotonic_ns", "time_ns")
+    with contextlib.ExitStack() as stack:
+        for name in clocks:
+            stack.enter_context(mock.patch.object(time, name, broken))
+        again, bound_again = plan(profile, hw, capacity), lower_bound(profile, hw, capacity)
+    assert again == first and bound_again == bound
