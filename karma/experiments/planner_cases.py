@@ -20,13 +20,12 @@ else the bound or the plan space. A report, not a test: tests never judge wall-c
 from __future__ import annotations
 
 import argparse
-import csv
 import time
 from dataclasses import dataclass
 
 from karma.core.errors import KarmaError
 from karma.core.hardware import Hardware, load
-from karma.experiments.planner_gap import long_search
+from karma.experiments.planner_gap import long_search, write_rows
 from karma.plan.plan import Plan
 from karma.planner.planner import plan
 from karma.profile.analytic import analytic_profile
@@ -167,10 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     print(markdown(rows))
     if args.out:
-        with open(args.out, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_rows(args.out, rows, COLUMNS)
 
 
 if __name__ == "__main__":

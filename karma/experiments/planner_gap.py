@@ -148,6 +148,14 @@ def row(gap: Gap) -> str:
     return f"| {gap.model} | {times} | {ref} | {gaps} | {secs} | {bound} | {gap.blame()} |"
 
 
+def write_rows(path: str, rows: list[dict], columns: list[str]) -> None:
+    """`rows` as a CSV file with a header of `columns` (the experiments' --out)."""
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(PAPER_SIX))
@@ -169,10 +177,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(record(gap, seeds, hw))
         print(row(gap), flush=True)
     if args.out:
-        with open(args.out, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_rows(args.out, rows, COLUMNS)
 
 
 if __name__ == "__main__":

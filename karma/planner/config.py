@@ -47,9 +47,8 @@ class PlannerConfig:
     polish_starts: int = 3
     #: Budget steps of the exact recompute-only seeds and of each re-tiling (each a dynamic program).
     seed_tries: int = 4
-    #: The dynamic program's memory buckets per front (karma/planner/recompute_dp.py) and the most runs
-    #: of units it works over (a longer chain is merged into that many runs of about equal compute).
-    buckets: int = 250
+    #: The most runs of units the recompute program (karma/planner/recompute_dp.py) works over: a longer chain
+    #: is merged into that many runs of about equal compute for it, and not re-tiled.
     dp_runs: int = 384
     #: Swap sets re-tiled exactly per search, and the longest recompute segment a re-tiling considers.
     retile_starts: int = 3

@@ -196,22 +196,20 @@ def _search(profile: Profile, hw: Hardware, capacity: float, space: Space, cuts:
     coarse_fits = search.cost(state) < INFEASIBLE
     evaluations = [len(search.cache)]
     frugal = search.frugal()
-    if len(cuts) < n:
-        while len(cuts) < n:
-            finer = halve(profile, cuts)
-            state = refine_state(state, cuts, finer)
-            cuts = finer
-            search = Search(coarsen(profile, cuts), hw, capacity, space, near=2, first=True, config=config)
-            state = search.descend(state, int(config.fine_work / n))
-            evaluations.append(len(search.cache))
-            frugal = min(frugal, search.frugal())
-    else:
+    if len(cuts) == n:
         search = replace(search, near=2, first=True)  # the same memo, unit-level moves near the edges
-    # the same share of plans on every chain, searched unit by unit or not: with it a walk at unit level
-    # ends in the same plan for more seeds (the tuning set's plans over the bound: 1.035 mean of four seeds,
-    # 1.037 with the walks' plans less those the coarse search simulated at unit level already)
+    while len(cuts) < n:
+        finer = halve(profile, cuts)
+        state = refine_state(state, cuts, finer)
+        cuts = finer
+        search = Search(coarsen(profile, cuts), hw, capacity, space, near=2, first=True, config=config)
+        state = search.descend(state, int(config.fine_work / n))
+        evaluations.append(len(search.cache))
+        frugal = min(frugal, search.frugal())
+    # the same share of plans on every chain, searched unit by unit or not: with it the walks end in the same
+    # plan for more seeds (the variants compared: docs/measurements/README.md, "One planner for every chain")
     walk_budget = int(min(config.unit_walk_work / n, config.coarse_plans))
-    state = unit_walks(search, state, max(walk_budget, 0), int(config.relink_work / n), config)
+    state = unit_walks(search, state, walk_budget, int(config.relink_work / n), config)
     more = retiled(search, coarse, coarse_cuts) + [frugal_state(n, space)]
     state = polish(state, search, profile, capacity, space, budget=int(config.seed_work / n), more=more)
     if n <= config.dp_runs:

@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass, field
 
 from karma.core.hardware import Hardware
-from karma.plan.space import Space, State
+from karma.plan.space import LAYOUTS, Space, State
 from karma.planner.config import PlannerConfig
 from karma.profile.profile import Profile
 from karma.sim.compiled import blocks_cost, constants
@@ -65,8 +65,9 @@ class Search:
             blocks, depth, layout = state
             fixed = self._constants.get((depth, layout))
             if fixed is None:
+                weights, optimizer = LAYOUTS[layout]
                 fixed = self._constants[depth, layout] = constants(self.profile, self.hw, self.capacity,
-                                                                   layout == "streamed", layout != "resident", depth)
+                                                                   weights == "streamed", optimizer == "host", depth)
             span, peak, fits = blocks_cost(fixed, blocks)
             self.spans[state] = span
             self.peaks[state] = peak

@@ -26,6 +26,7 @@ from numba.typed import Dict
 from karma.core.hardware import Hardware
 from karma.core.precision import STATE_TENSORS
 from karma.plan.plan import Plan
+from karma.plan.space import POLICY
 from karma.profile.profile import OPTIMIZER_STATE_FACTOR, Profile, input_gradient_bytes
 from karma.sim.block_bytes import storage_unit_bytes
 
@@ -169,7 +170,7 @@ def simulate_compiled(profile: Profile, plan: Plan, hw: Hardware, capacity: floa
                                                                         *blocks_args)
         busy, uses = fstate[_BUSY:_BUSY + len(QUEUES)].tolist(), istate[:len(QUEUES)].tolist()
         sequence = _event_order(events, int(istate[_NEV]))
-        static = blocks_args[2][8]  # the rates' slot of the static bytes (`_arguments`)
+        static = blocks_args[2][8]  # the scalars' slot of the static bytes (`constants`)
         levels = list(zip(events[sequence, 0].tolist(),
                           np.cumsum(np.concatenate(([static], events[sequence, 2])))[1:].tolist(), strict=True))
     else:
@@ -196,8 +197,8 @@ def constants(profile: Profile, hw: Hardware, capacity: float, streamed: bool, h
     return c, scalars, flags
 
 
-#: A block's code by the plan space's kind letter (karma/plan/space.py KINDS).
-KIND_CODES = {"K": KEEP, "S": SWAP, "R": RECOMPUTE, "r": RECOMPUTE + 3}
+#: A block's code by the plan space's kind letter (karma/plan/space.py POLICY).
+KIND_CODES = {kind: _POLICY[policy] + _HOST[place] for kind, (policy, place) in POLICY.items()}
 
 
 def blocks_cost(fixed: tuple, blocks) -> tuple[float, float, bool]:
