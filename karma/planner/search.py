@@ -150,6 +150,8 @@ class Search:
         """An ejection chain: the neighbours that would be faster but do not fit, each
         followed by its best second move; the best of those that fit and are faster."""
         cost = self.cost(best)
+        if cost >= INFEASIBLE:  # every neighbour over the capacity would count as "faster": the descent
+            return None         # itself walks towards a fit (by how far over)
         over = sorted((m for m in moves if self.cache[m] >= INFEASIBLE and self.spans[m] < cost - 1e-12),
                       key=self.spans.__getitem__)
         found = None

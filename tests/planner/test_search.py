@@ -40,3 +40,21 @@ def test_a_move_drawn_by_index_is_the_listed_move_of_that_index(case):
     others = [(d, w) for d in space.depths for w in space.layouts if (d, w) != state[1:]]
     neighbours = list(search.neighbours(state))
     assert [search._neighbour(state, moves, others, i) for i in range(len(neighbours))] == neighbours
+
+
+def test_a_plan_over_the_capacity_is_not_repaired_it_descends_towards_a_fit():
+    """`repair` tries second moves from faster neighbours that do not fit; from a plan that does not fit
+    itself every neighbour over the capacity counts as faster, and each try scans a whole neighbourhood
+    (a layer chain's reach search spent most of its time there). There is nothing to repair: None."""
+    units = tuple(make_unit(f"u{i}", forward_time=1e-3, backward_time=2e-3, saved_bytes=1e9) for i in range(8))
+    profile = Profile(model="chain", size="tiny", batch=1, source="analytic", device=V100.name, optimizer="sgd",
+                      units=units)
+    space = Space()
+    search = Search(profile, V100, 1e6, space)  # nothing fits in 1 MB
+    state = (blocks_from_runs([("K", 8)]), space.first_depth, space.layouts[0])
+    moves = list(search.neighbours(state))
+    for m in [state, *moves]:
+        search.cost(m)
+    before = len(search.cache)
+    assert search.repair(state, moves) is None
+    assert len(search.cache) == before
