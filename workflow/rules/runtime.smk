@@ -19,9 +19,10 @@ rule validate_runtime:
         strategies=config["runtime"]["strategies"],
         link_mbs=config["runtime"].get("link_mbs"),
         device=config["runtime"].get("device", "cpu"),
-    threads: 2
-    # measured jobs first: one at a time, they are the run's longest chain, and the other jobs fill the
-    # other core meanwhile (snakemake runs the higher priority first)
+    # compute on one core; the emulated link's copies share the other with a simulated job, which runs at the
+    # lowest CPU priority (workflow/scripts/_log.py; docs/machine.md). Measured jobs first and one at a time:
+    # they are the run's longest chain (snakemake runs the higher priority first)
+    threads: 1
     priority: 10
     resources:
         measuring=1,
@@ -46,9 +47,10 @@ rule validate_reach:
         repeats=config["runtime"].get("repeats", 3),
         strategies=config["runtime"]["reach"]["strategies"],
         link_mbs=config["runtime"].get("link_mbs") or 100,
-    threads: 2
-    # measured jobs first: one at a time, they are the run's longest chain, and the other jobs fill the
-    # other core meanwhile (snakemake runs the higher priority first)
+    # compute on one core; the emulated link's copies share the other with a simulated job, which runs at the
+    # lowest CPU priority (workflow/scripts/_log.py; docs/machine.md). Measured jobs first and one at a time:
+    # they are the run's longest chain (snakemake runs the higher priority first)
+    threads: 1
     priority: 10
     resources:
         measuring=1,
