@@ -78,10 +78,10 @@ class Search:
         """The smallest peak of any plan simulated (what the error for no fit names)."""
         return min(self.peaks.values(), default=float("inf"))
 
-    def _split_points(self, blocks) -> set[int]:
+    def _split_points(self, blocks) -> range | set[int]:
         n = len(self.profile.units)
         if self.near is None:
-            return set(range(1, n))
+            return range(1, n)  # every point (a range answers `in` without building a set per move)
         points = set()
         for a, _, _ in blocks:
             points.update(range(max(1, a - self.near), min(n, a + self.near + 1)))
@@ -273,7 +273,7 @@ class MoveSet:
     the chain and built one at a time by index: an annealing walk draws one random move per step, and
     listing every move of a long chain's plan (thousands, each a new tuple) cost more than simulating it."""
 
-    def __init__(self, blocks, kinds: tuple[str, ...], points: set[int]):
+    def __init__(self, blocks, kinds: tuple[str, ...], points: range | set[int]):
         self.blocks, self.kinds = blocks, kinds
         self.atoms = [kind for kind in kinds if any(k == kind and b - a > 1 for a, b, k in blocks)]
         self.shifts = [(i, d) for i in range(len(blocks) - 1)
