@@ -44,8 +44,8 @@ def test_a_baseline_file_and_an_extra_model_in_the_config_reach_the_table(tmp_pa
         "    labels = ['swap'] * (n // 2) + ['keep'] * (n - n // 2)\n"
         "    return from_policies(profile.model, profile.batch, labels, strategy='keep-half')\n")
     config = yaml.safe_load((cwd / "config/config.yaml").read_text())
-    config.update(paper_models=["resnet1001", "megatron-2.5b"], speedup_models=["resnet1001"],
-                  gantt_model="resnet1001", strategies=["vdnn", "keep-half", "karma"])
+    config.update(paper_models=["resnet50", "megatron-2.5b"], speedup_models=["resnet50"],
+                  gantt_model="resnet50", strategies=["vdnn", "keep-half", "karma"])
     config["large_nlp"]["models"] = ["megatron-2.5b"]
     config["extra_models"] = [{"name": "my-mlp", "spec": "examples.own_model:mlp", "batch": 64}]
     config["runtime"]["models"], config["runtime"]["reach"]["models"] = [], []  # nothing measured: quick
