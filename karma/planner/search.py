@@ -60,8 +60,10 @@ class Search:
         self.overlapping = [d for d in self.space.depths if d] or list(self.space.depths)
 
     def cost(self, state: State) -> float:
-        """Seconds if the plan fits; otherwise 1e9 + GB over capacity."""
-        if state not in self.cache:
+        """Seconds if the plan fits; otherwise 1e9 + GB over capacity. One memo lookup per call: hashing a
+        state hashes its block tuple, thousands of blocks on a layer chain, and tuples do not keep their hash."""
+        cost = self.cache.get(state)
+        if cost is None:
             blocks, depth, layout = state
             fixed = self._constants.get((depth, layout))
             if fixed is None:
@@ -71,8 +73,8 @@ class Search:
             span, peak, fits = blocks_cost(fixed, blocks)
             self.spans[state] = span
             self.peaks[state] = peak
-            self.cache[state] = span if fits else INFEASIBLE + (peak - self.capacity) / 1e9
-        return self.cache[state]
+            cost = self.cache[state] = span if fits else INFEASIBLE + (peak - self.capacity) / 1e9
+        return cost
 
     def frugal(self) -> float:
         """The smallest peak of any plan simulated (what the error for no fit names)."""
@@ -183,8 +185,9 @@ class Search:
                 best = move
                 continue
             if self.first:  # the budget also bounds the scan of one neighbourhood
+                current = self.cost(best)
                 move = next((m for m in self._within(self.neighbours(best), budget)
-                             if self.cost(m) < self.cost(best) - 1e-12), None)
+                             if self.cost(m) < current - 1e-12), None)
                 if move is None:
                     break
                 best = move
