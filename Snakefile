@@ -35,6 +35,7 @@ rule all:
         "results/tables/scaling.md",
         "results/tables/distributed_validation.md",
         "results/tables/large_nlp.md",
+        "results/tables/nlp_map.md",
         "results/tables/paper_claims.md",
         "results/tables/calibration.md",
         "results/tables/regression.md",

@@ -49,14 +49,22 @@ TENSOR_FIELDS = {
     # rate: efficiency d / (d + this) (absent: every tensor-core GEMM at the sustained rate)
     "tensor_half_rate_dim": ("tensor_half_dim", 1),
 }
+#: optional: the node's host memory bandwidth, which the link copies and host optimizer updates of all its
+#: GPUs share (absent: not modelled, each rank's host is its own; karma/sim/simulate.py, host_memory_time)
+HOST_FIELDS = {"host_memory_gbs": ("host_memory_bw", GB)}
 
 
 @dataclass(frozen=True)
 class Hardware:
     """One node type. Rates are sustained (achievable) figures, not peaks.
 
-    `host_update_bw` is the bytes per second the host optimizer streams
-    through memory (an Adam step touches ~7 fp32 values per parameter);
+    `host_update_bw` is the bytes per second the host optimizer streams through
+    memory (an Adam step touches ~7 fp32 values per parameter). `host_memory_bw`
+    (0: not modelled) is the node's sustained host memory bandwidth: where it is
+    given, `host_update_bw` is the node's rate, shared by the ranks that update at
+    once (host_update_rate), and every rank's link copies and updates draw on that
+    memory (karma/sim/simulate.py, host_memory_time); where it is not, each GPU has
+    a host of its own updating at `host_update_bw`.
     `link_duplex` is 'full' (PCIe, NVLink-C2C: both directions at once) or
     'half' (one shared direction).
     """
@@ -79,6 +87,14 @@ class Hardware:
     flops_fp16: float = 0.0
     flops_bf16: float = 0.0
     tensor_half_dim: float = 0.0
+    host_memory_bw: float = 0.0
+
+    def host_update_rate(self, ranks: int) -> float:
+        """Bytes per second one rank's host optimizer streams while `ranks` ranks of its node update at
+        once. Where the node's host is modelled (`host_memory_bw`), `host_update_bw` is the node's rate and
+        its ranks split it (the update is bound by the node's memory, however its cores are shared out);
+        otherwise `host_update_bw` is each GPU's own."""
+        return self.host_update_bw / ranks if self.host_memory_bw else self.host_update_bw
 
     def matmul_flops(self, dtype: str, narrow: float = 0.0) -> float:
         """Sustained rate of GEMMs and convolutions computing in `dtype` ('float32', 'float16',
@@ -110,7 +126,7 @@ def parse(data, name: str, where: str) -> Hardware:
     """Validate a mapping read from a preset file; one-line error naming the field."""
     if not isinstance(data, dict):
         raise KarmaError(f"{where}: expected a mapping of fields, got {type(data).__name__}")
-    unknown = set(data) - set(FIELDS) - set(TENSOR_FIELDS) - set(OPTIONAL) - {"name"}
+    unknown = set(data) - set(FIELDS) - set(TENSOR_FIELDS) - set(HOST_FIELDS) - set(OPTIONAL) - {"name"}
     if unknown:
         raise KarmaError(f"{where}: unknown field '{sorted(unknown)[0]}'; valid: {', '.join(sorted(FIELDS))}")
     values = {}
@@ -119,7 +135,7 @@ def parse(data, name: str, where: str) -> Hardware:
             if key not in data:
                 raise KarmaError(f"missing field '{key}'")
             values[attr] = number(data[key], key, positive=True, integer=key in INTEGERS) * factor
-        for key, (attr, factor) in TENSOR_FIELDS.items():
+        for key, (attr, factor) in (TENSOR_FIELDS | HOST_FIELDS).items():
             if key in data:
                 values[attr] = number(data[key], key, positive=True) * factor
         for key in ("name", "description"):
@@ -163,7 +179,7 @@ def figure_sources(name_or_path: str | Path, tensor_cores: bool = False) -> list
             comments.append(stripped.lstrip("# "))
             continue
         key, sep, rest = stripped.partition(":")
-        if sep and (key in FIELDS or (tensor_cores and key in TENSOR_FIELDS)):
+        if sep and (key in FIELDS or key in HOST_FIELDS or (tensor_cores and key in TENSOR_FIELDS)):
             value, _, beside = rest.partition("#")
             source = " ".join(comments + ([beside.strip()] if beside.strip() else []))
             if not source and rows:  # a figure right under another shares its comment

@@ -49,6 +49,11 @@ RN50 = ("NVIDIA DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1
 #: Megatron-LM Table 1: the weak-scaling configurations (model, tensor-parallel degree), batch 8 per replica
 WEAK = {1: "megatron-1.2b", 2: "megatron-2.5b", 4: "megatron-4.2b", 8: "megatron-8.3b"}
 MEGATRON_BATCH = 8
+DAY = 86400.0
+#: Megatron-LM Table 2: "the time it takes to advance one epoch which is equivalent to 68,507 iterations"
+EPOCH_ITERATIONS = 68507
+EPOCH_NOTE = ("the published time is an epoch's wall time over its iterations: it also counts evaluation, "
+              "checkpoint saving and data loading, which the model leaves out, so ours is expected below it")
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,8 @@ class Target:
     #: an efficiency (the model's time at scale over its own time on one GPU, in which an error common to both
     #: cancels) rather than a throughput or rate the model predicts outright
     relative: bool = False
+    #: what the published figure counts beyond the model's quantity, said beside a row outside the tolerance
+    note: str = ""
 
     @property
     def role(self) -> str:
@@ -80,10 +87,11 @@ class Target:
 
 
 def megatron_run(model: str, tp: int, dp: int = 1, precision: str = "fp16"):
-    """(LayoutResult, FLOPs per GPU per iteration with the recompute) of Megatron-LM's setup."""
+    """(LayoutResult, FLOPs per GPU per iteration with the recompute) of Megatron-LM's setup, its data-parallel
+    all-reduce after the backward as its 2019 code ran it."""
     hw = load("dgx2h")
     layout = Layout(tp, dp, MEGATRON_BATCH, 1, recompute=True, precision=precision)
-    result = simulate_layout(model, layout, hw)
+    result = simulate_layout(model, layout, hw, order="naive")
     if result.time is None:
         raise RuntimeError(f"{model} {layout.label()} does not fit on dgx2h: {result.reason}")
     return result, layout_flops(model, layout, hw)
@@ -99,6 +107,11 @@ def weak_scaling(gpus: int, dp: int = 1) -> float:
     """Megatron-LM Fig. 5: FLOP/s per GPU of the `gpus`-way model-parallel configuration (times `dp`
     replicas) over that of 1.2B on one GPU, in percent."""
     return 100 * megatron_tflops(WEAK[gpus], gpus, dp) / megatron_tflops()
+
+
+def iteration_seconds(model: str, tp: int, dp: int) -> float:
+    """Seconds per iteration of Megatron-LM's training run of `model` on tp x dp GPUs (batch 8 per replica)."""
+    return megatron_run(model, tp, dp)[0].time
 
 
 def aggregate_pflops() -> float:
@@ -139,6 +152,16 @@ def targets() -> list[Target]:
                "(512 GPUs, batch 512): efficiency vs 1.2B on 1 GPU", 74.0, "% of linear",
                f"{MEGATRON}, Fig. 5 (model + data parallel)", cal + "megatron-weak-512",
                lambda: weak_scaling(8, 64), relative=True),
+        Target("megatron-2.5b-128-iteration", "Megatron-LM 2.5B (54 layers, hidden 1920), 2-way model x 64-way "
+               "data parallel (128 GPUs, batch 512): seconds per iteration", 2.27 * DAY / EPOCH_ITERATIONS,
+               "s", f"{MEGATRON}, Table 2: 2.27 days per epoch of {EPOCH_ITERATIONS:,} iterations",
+               cal + "megatron-2.5b-128-iteration", lambda: iteration_seconds("megatron-2.5b", 2, 64),
+               note=EPOCH_NOTE),
+        Target("megatron-8.3b-512-iteration", "Megatron-LM 8.3B (72 layers, hidden 3072), 8-way model x 64-way "
+               "data parallel (512 GPUs, batch 512): seconds per iteration", 2.10 * DAY / EPOCH_ITERATIONS,
+               "s", f"{MEGATRON}, Table 2: 2.10 days per epoch of {EPOCH_ITERATIONS:,} iterations (its 8.3B "
+               "has 24 heads; ours Table 1's 32)", cal + "megatron-8.3b-512-iteration",
+               lambda: iteration_seconds("megatron-8.3b", 8, 64), note=EPOCH_NOTE),
         Target("megatron-512-pflops", "Megatron-LM 8.3B on 512 GPUs (8-way model x 64-way data parallel): "
                "aggregate PFLOP/s (recompute counted)", 15.1, "PFLOP/s",
                f"{MEGATRON}, abstract: 15.1 PetaFLOPs across the entire application", cal + "megatron-512-pflops",
@@ -170,9 +193,10 @@ def table(only: list[str] | None = None, progress=None) -> pd.DataFrame:
             continue
         ours = t.compute()
         ratio = ours / t.published
+        judged = verdict(ratio, t.role)
         rows.append({"key": t.key, "target": t.target, "published": t.published, "ours": ours, "ratio": ratio,
                      "unit": t.unit, "source": t.source, "command": t.command, "role": t.role, "kind": t.kind,
-                     "verdict": verdict(ratio, t.role)})
+                     "verdict": judged + (f": {t.note}" if t.note and judged.startswith("OUTSIDE") else "")})
         if progress:
             progress(f"{t.key}: ours {ours:.4g} vs {t.published:g} {t.unit} ({ratio:.3f})")
     return pd.DataFrame(rows)

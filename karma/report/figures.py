@@ -243,6 +243,52 @@ def whatif_figure(ratios: pd.DataFrame, out: Path) -> None:
     plt.close(grid.figure)
 
 
+def nlp_map_figure(table: pd.DataFrame, hardware: str, out: Path) -> None:
+    """KARMA over the best Megatron layout on a grid of per-GPU batch (x) and node count (y), one panel per
+    model (columns) and precision (rows), the ratio as colour on a log scale centred on 1 and written in each
+    cell, and the line where it crosses 1."""
+    plt = _pyplot()
+    from matplotlib.colors import LogNorm
+
+    models = list(dict.fromkeys(table.model))
+    precisions = list(dict.fromkeys(table.precision))
+    fig, axes = plt.subplots(len(precisions), len(models), figsize=(3.4 * len(models), 2.9 * len(precisions)),
+                             squeeze=False)
+    ratios = table.karma_over_best_mp.dropna()
+    span = max(2.0, float(np.exp(np.abs(np.log(ratios)).max()))) if len(ratios) else 2.0
+    norm = LogNorm(1 / span, span)
+    image = None
+    for i, precision in enumerate(precisions):
+        for j, model in enumerate(models):
+            ax = axes[i][j]
+            grid = table[(table.model == model) & (table.precision == precision)].pivot_table(
+                index="nodes", columns="batch_per_gpu", values="karma_over_best_mp", dropna=False)
+            ax.set_title(f"{model}, {precision}", fontsize=9)
+            if grid.empty:
+                ax.set_axis_off()
+                continue
+            values = grid.to_numpy(dtype=float)
+            image = ax.imshow(values, origin="lower", cmap="RdBu", norm=norm, aspect="auto")
+            for (y, x), v in np.ndenumerate(values):
+                if np.isfinite(v):
+                    ax.text(x, y, f"{v:.2f}", ha="center", va="center", fontsize=6)
+            if np.isfinite(values).sum() >= 4 and np.nanmin(values) < 1 < np.nanmax(values):
+                ax.contour(np.log(np.where(np.isfinite(values), values, 1.0)), levels=[0.0], colors="black",
+                           linewidths=1.2)
+            ax.set_xticks(range(len(grid.columns)), [str(b) for b in grid.columns], fontsize=7)
+            ax.set_yticks(range(len(grid.index)), [str(n) for n in grid.index], fontsize=7)
+            ax.set_xlabel("batch per GPU (sequences)", fontsize=8)
+            ax.set_ylabel("nodes", fontsize=8)
+    if image is not None:
+        bar = fig.colorbar(image, ax=axes, shrink=0.8)
+        bar.set_label("KARMA / best Megatron (throughput)", fontsize=8)
+    fig.suptitle(f"Where out-of-core data parallel beats model parallelism (>1, blue), simulated on {hardware}; "
+                 "blank: one side does not fit", fontsize=9)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+
+
 def memory_vs_batch_figure(table: pd.DataFrame, hardware: str, capacity_gb: float, out: Path) -> None:
     """In-core peak against batch size, a line per model, the device memory as a line."""
     plt = _pyplot()

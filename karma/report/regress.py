@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from karma.core.errors import KarmaError
@@ -202,6 +203,22 @@ def _reach_rows(reach: pd.DataFrame, case: pd.DataFrame) -> list[tuple[str, floa
     return rows
 
 
+def _map_rows(table: pd.DataFrame) -> list[tuple[str, float, str]]:
+    """The fourth claim's map: per model and precision, the points where KARMA is faster and those compared;
+    per per-GPU batch, the geometric mean over node counts of KARMA over the best Megatron layout."""
+    rows = []
+    for (model, precision), g in table.groupby(["model", "precision"], sort=False):
+        compared = g.karma_over_best_mp.dropna()
+        rows.append((f"nlp_map/{model}/{precision}/points_faster", float((compared > 1).sum()), "simulated"))
+        rows.append((f"nlp_map/{model}/{precision}/points_compared", float(len(compared)), "simulated"))
+        for batch, at in g.groupby("batch_per_gpu", sort=True):
+            ratio = at.karma_over_best_mp.dropna()
+            if len(ratio):
+                rows.append((f"nlp_map/{model}/{precision}/b{batch}/karma_over_best_mp_geomean",
+                             float(np.exp(np.log(ratio).mean())), "simulated"))
+    return rows
+
+
 def collect(results: str | Path) -> pd.DataFrame:
     """One row per tracked number (COLUMNS; see the module docstring)."""
     results = Path(results)
@@ -220,6 +237,8 @@ def collect(results: str | Path) -> pd.DataFrame:
     nlp = _read(results / "tables" / "large_nlp_summary.csv")
     for r in nlp.itertuples():
         rows.append((f"large_nlp/{r.model}/karma_over_best_mp_geomean", r.karma_over_best_mp_geomean, "simulated"))
+    if (results / "tables" / "nlp_map.csv").exists():  # absent from a reduced run, as the reach tables
+        rows += _map_rows(_read(results / "tables" / "nlp_map.csv"))
     reach, case = results / "tables" / "reach.csv", results / "tables" / "reach_granularity.csv"
     if reach.exists() or case.exists():  # absent from a reduced run (.ci/slurm); against the reference: MISSING
         rows += _reach_rows(_read(reach), _read(case))

@@ -209,9 +209,10 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
     step = tail = up = down = host = 0.0
     if host_opt:
         down = total_params / hw.d2h_bw
-        host = optimizer_traffic_bytes(total_params, profile.optimizer, total_state) / hw.host_update_bw
-        tail = (param[0] / hw.d2h_bw
-                + optimizer_traffic_bytes(param[0], profile.optimizer, units[0].optimizer_bytes) / hw.host_update_bw)
+        rate = hw.host_update_rate(1)
+        host = optimizer_traffic_bytes(total_params, profile.optimizer, total_state) / rate
+        tail = param[0] / hw.d2h_bw + optimizer_traffic_bytes(param[0], profile.optimizer,
+                                                               units[0].optimizer_bytes) / rate
         up = 2 * total_params / hw.h2d_bw if streamed else total_params / hw.h2d_bw
         if not streamed:
             tail += param[0] / hw.h2d_bw

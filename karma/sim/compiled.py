@@ -131,7 +131,7 @@ def _rates(hw: Hardware) -> np.ndarray:
     if hit is not None and hit[0] is hw:
         return hit[1]
     rates = np.array([hw.h2d_bw, hw.d2h_bw, hw.host_update_bw, hw.memory_bw, hw.intra_node_bw, hw.intra_node_latency,
-                      hw.inter_node_bw, hw.inter_node_latency, 0.0, 0.0], dtype=np.float64)
+                      hw.inter_node_bw, hw.inter_node_latency, 0.0, 0.0, hw.host_memory_bw], dtype=np.float64)
     if len(_RATES) >= _CACHE_SIZE:
         _RATES.pop(next(iter(_RATES)))
     _RATES[id(hw)] = (hw, rates)
@@ -191,6 +191,7 @@ def constants(profile: Profile, hw: Hardware, capacity: float, streamed: bool, h
     static = buffers if streamed else buffers + (host_opt if host_side else device_opt)
     scalars = _rates(hw).copy()
     scalars[8], scalars[9] = static, capacity
+    scalars[2] = hw.host_update_rate(min(gpus, hw.gpus_per_node))
     flags = np.array([streamed, host_side, naive, hw.link_duplex == "half", c.storages, depth, gpus, nodes,
                       min(gpus, hw.gpus_per_node), shards, OPTIMIZER_STATE_FACTOR[profile.optimizer],
                       STATE_TENSORS[profile.optimizer]], dtype=np.int64)
@@ -221,7 +222,7 @@ def compile_now() -> None:
     flags = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1], dtype=np.int64)
     _summary(np.zeros((len(ROWS), 1)), np.zeros((3, 2), dtype=np.int64), np.zeros(0),
              np.zeros((4, 2), dtype=np.int64), np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int64),
-             np.ones(10), flags)
+             np.ones(11), flags)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -696,6 +697,8 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
         elif host_side:
             h2d += params[k]
             d2h += params[k]
+    if sc[10] > 0.0:  # the node's host memory: karma/sim/simulate.py, host_memory_time
+        end = max(end, fl[8] * (h2d + d2h + fs[_BUSY + HOST] * sc[2]) / sc[10])
     return end, peak, over, fs, ist, h2d, d2h, ev
 
 

@@ -369,7 +369,8 @@ def _gradients_ready(it: _Iteration, k: int, ready: float) -> None:
 def _host_update(it: _Iteration, k: int, ready: float) -> None:
     """Block k's optimizer step on the host; resident weights go back up after it."""
     traffic = optimizer_traffic_bytes(it.by.params[k], it.profile.optimizer, it.by.state[k])
-    updated = it.s.op("host", "optimizer step", k, ready, traffic / it.hw.host_update_bw)[1]
+    rate = it.hw.host_update_rate(min(it.gpus, it.hw.gpus_per_node))
+    updated = it.s.op("host", "optimizer step", k, ready, traffic / rate)[1]
     it.host_end = max(it.host_end, updated)
     if not it.streamed:  # the updated weights go back up, queued when the update ends (queue_updated_weights)
         it.uploads.append((updated, k))
@@ -399,9 +400,23 @@ def _result(it: _Iteration, end: float, capacity: float) -> SimResult:
     peak, over_block, _ = s.peak(by.static, capacity)
     reason = None if over_block is None else _over(it.plan, over_block, peak, capacity)
     h2d, d2h = _link_bytes(it)
+    update = s.busy.get("host", 0.0) * it.hw.host_update_rate(min(it.gpus, it.hw.gpus_per_node))
+    end = max(end, host_memory_time(it.hw, it.gpus, h2d + d2h + update))
     return SimResult(time=None if reason else end, makespan=end, peak_bytes=peak, capacity=capacity, busy=dict(s.busy),
                      bytes_h2d=h2d, bytes_d2h=d2h, timeline=s.timeline, reason=reason,
                      memory=s.levels(by.static) if s.record else [])
+
+
+def host_memory_time(hw: Hardware, gpus: int, host_bytes: float) -> float:
+    """The least time in which a node's host memory serves one iteration of its ranks: each of the
+    min(gpus, gpus_per_node) ranks on it moves `host_bytes` through host memory (its link copies, which a
+    DMA reads or writes once, and the bytes its host optimizer updates stream), `host_memory_bw` for the
+    whole node. The iteration takes at least that long (the roofline argument of Williams et al., CACM 2009,
+    applied to the node's memory); 0 where the Hardware gives no host memory bandwidth. Each rank's updates
+    also run at most at its share of that bandwidth (Hardware.host_update_rate)."""
+    if not hw.host_memory_bw:
+        return 0.0
+    return min(gpus, hw.gpus_per_node) * host_bytes / hw.host_memory_bw
 
 
 def _over(plan: Plan, block: int, peak: float, capacity: float) -> str:

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from karma.core.errors import KarmaError
-from karma.core.hardware import FIELDS, PRESET_DIR, figure_sources, load, preset_names
+from karma.core.hardware import FIELDS, HOST_FIELDS, PRESET_DIR, figure_sources, load, preset_names
 
 
 def test_paper_machine_and_newer_ones_exist():
@@ -99,5 +99,6 @@ def test_user_file_round_trips(tmp_path):
 @pytest.mark.parametrize("name", preset_names())
 def test_every_figure_of_every_preset_names_its_source(name):
     rows = figure_sources(name)
-    assert sorted(r["field"] for r in rows) == sorted(FIELDS)
+    given = set(HOST_FIELDS) & set(yaml.safe_load((PRESET_DIR / f"{name}.yaml").read_text()))
+    assert sorted(r["field"] for r in rows) == sorted([*FIELDS, *given])
     assert all(r["source"] for r in rows), [r["field"] for r in rows if not r["source"]]

@@ -103,7 +103,7 @@ def test_a_cheap_recompute_that_lets_a_deeper_prefetch_fit_is_found():
                             recompute_inner_extra_time=inner)
                   for i, (f, b, sv, i_, o, p, w, bw, last, inner) in enumerate(rows))
     profile = Profile("random", "tiny", 1, "analytic", "v100-abci", "adam", units)
-    hw = replace(V100, h2d_bw=17.2e9, d2h_bw=9749578286.959036)
+    hw = replace(V100, h2d_bw=17.2e9, d2h_bw=9749578286.959036, host_update_bw=45e9, host_memory_bw=0.0)
     capacity = 4754000151.634216
     best, _ = exhaustive_best(profile, hw, capacity)
     assert best == pytest.approx(0.36280426560702433)

@@ -59,7 +59,7 @@ def test_the_issue_counter_example():
                             backward_workspace_bytes=int(w * GB))
                   for i, (f, b, s, p, w) in enumerate(spec))
     profile = Profile("cex", "tiny", 1, "analytic", "v100-abci", "sgd", units)
-    hw = replace(load("v100-abci"), h2d_bw=1e9, d2h_bw=1e9)
+    hw = replace(load("v100-abci"), h2d_bw=1e9, d2h_bw=1e9, host_update_bw=45e9, host_memory_bw=0.0)  # the rates then
     plan = from_policies("cex", 1, ["swap", "keep", "keep", "keep"], weights="streamed", prefetch_depth=4)
     capacity = simulate(profile, plan, hw, capacity=float("inf")).peak_bytes
     result = simulate(profile, plan, hw, capacity)

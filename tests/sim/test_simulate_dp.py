@@ -8,7 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from karma.core.errors import KarmaError
+from karma.core.hardware import load
 from karma.experiments.scaling import interpolate
+from karma.plan.plan import from_policies
 from karma.profile.analytic import analytic_profile
 from karma.sim.network import allreduce_time, ring
 from karma.sim.simulate import in_core_peak_bytes, simulate
@@ -54,14 +56,47 @@ def test_pipelined_is_never_slower_than_naive_and_one_gpu_is_a_lower_bound(case,
 def test_an_infinitely_fast_network_costs_nothing(case, data):
     profile, hw, _ = case
     plan = random_plan(data, profile)
-    fast = replace(hw, inter_node_bw=1e30, intra_node_bw=1e30, inter_node_latency=0.0, intra_node_latency=0.0)
+    fast = replace(hw, inter_node_bw=1e30, intra_node_bw=1e30, inter_node_latency=0.0, intra_node_latency=0.0,
+                   host_memory_bw=0.0)
     one = simulate(profile, plan, fast, capacity=math.inf)
     many = simulate(profile, plan, fast, capacity=math.inf, gpus=64)
     assert many.time == pytest.approx(one.time, rel=1e-12)
-    # the naive order still waits for the whole backward before the host updates
-    assert simulate(profile, plan, fast, capacity=math.inf, gpus=64, order="naive").time >= one.time
 
 
+@SETTINGS
+@given(chains(), st.data(), st.sampled_from([1, 2, 4, 8]))
+def test_the_ranks_of_a_node_share_its_host_memory(case, data, gpus):
+    """With a free network, each rank of a node updates at its share of the node's update rate, and the
+    iteration lasts at least as long as the node's host memory needs to serve every rank's link copies and
+    host updates (host_memory_time)."""
+    profile, hw, _ = case
+    plan = random_plan(data, profile)
+    fast = replace(hw, inter_node_bw=1e30, intra_node_bw=1e30, inter_node_latency=0.0, intra_node_latency=0.0,
+                   gpus_per_node=4, host_memory_bw=data.draw(st.floats(1e9, 400e9)))
+    ranks = min(gpus, 4)
+    share = simulate(profile, plan, replace(fast, host_memory_bw=0.0, host_update_bw=fast.host_update_bw / ranks),
+                     capacity=math.inf)
+    node = simulate(profile, plan, fast, capacity=math.inf, gpus=gpus)
+    traffic = share.bytes_h2d + share.bytes_d2h + share.busy.get("host", 0.0) * fast.host_update_bw / ranks
+    assert node.time == pytest.approx(max(share.time, ranks * traffic / fast.host_memory_bw), rel=1e-12)
+    assert node.time == pytest.approx(simulate(profile, plan, fast, capacity=math.inf, gpus=gpus,
+                                               reference=True).time, rel=1e-12)
+
+
+@pytest.mark.parametrize("preset", ["v100-abci", "dgx2h"])
+def test_four_ranks_on_one_node_are_slower_than_one_where_the_host_binds(preset):
+    """Megatron-LM 8.3B in fp16, weights streamed and updated on the host: a rank alone on its node has the
+    node's host to itself; with a rank on every GPU each gets its share of the updates, and the node's memory
+    serves every rank's copies besides."""
+    hw = load(preset)
+    profile = analytic_profile(build("megatron-8.3b", "paper", device="meta", precision="fp16"), hw)
+    plan = from_policies(profile.model, profile.batch, ["recompute"] * len(profile.units), weights="streamed",
+                         optimizer="host")
+    one = simulate(profile, plan, hw, capacity=math.inf)
+    node = simulate(profile, plan, hw, capacity=math.inf, gpus=hw.gpus_per_node)
+    assert node.time > one.time * 1.2
+    unshared = replace(hw, host_memory_bw=0.0)  # each GPU a host of its own, at the node's whole rate
+    assert one.time == pytest.approx(simulate(profile, plan, unshared, capacity=math.inf).time, rel=1e-12)
 def test_interpolated_profile_equals_a_real_one_at_an_intermediate_batch():
     one = analytic_profile(build("wrn28-10", "tiny", 1, device="meta"), V100)
     big = analytic_profile(build("wrn28-10", "tiny", 8, device="meta"), V100)

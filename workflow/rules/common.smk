@@ -97,6 +97,11 @@ def scaling_tables(wildcards):
     return expand("results/scaling/{hw}/{model}.csv", hw=HARDWARE, model=config["speedup_models"])
 
 
+def nlp_maps(wildcards):
+    return expand("results/nlp_map/{precision}/{model}.csv", precision=config["large_nlp"]["map"]["precisions"],
+                  model=config["large_nlp"]["models"])
+
+
 def large_nlp_tables(wildcards):
     return expand("results/large_nlp/{hw}/{model}.csv", hw=HARDWARE, model=config["large_nlp"]["models"])
 

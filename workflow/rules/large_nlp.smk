@@ -40,6 +40,45 @@ rule large_nlp_whatif:
         "../scripts/large_nlp_whatif.py"
 
 
+rule nlp_map:
+    output:
+        "results/nlp_map/{precision}/{model}.csv",
+    log:
+        "logs/nlp_map/{precision}/{model}.log",
+    benchmark:
+        "logs/benchmarks/nlp_map/{precision}/{model}.tsv",
+    params:
+        hardware=config["hardware"],
+        nodes=config["large_nlp"]["map"]["nodes"],
+        max_batch=config["large_nlp"]["map"]["max_batch"],
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/nlp_map.py"
+
+
+rule nlp_map_table:
+    input:
+        nlp_maps,
+    output:
+        csv=report("results/tables/nlp_map.csv", caption="../report/nlp_map_table.rst",
+                   category="4. Large NLP: data parallel vs model parallel"),
+        md="results/tables/nlp_map.md",
+        figure=report("results/figures/nlp_map.png", caption="../report/nlp_map.rst",
+                      category="4. Large NLP: data parallel vs model parallel"),
+    log:
+        "logs/nlp_map_table.log",
+    benchmark:
+        "logs/benchmarks/nlp_map_table.tsv",
+    params:
+        hardware=config["hardware"],
+        nodes=config["large_nlp"]["map"]["nodes"],
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/nlp_map_table.py"
+
+
 rule validate_tensor_parallel:
     output:
         "results/tp_validation/{model}.csv",

@@ -32,6 +32,7 @@ rule paper_claims:
         runtime="results/tables/measured_vs_predicted.csv",
         scaling="results/tables/scaling.csv",
         large_nlp="results/tables/large_nlp_summary.csv",
+        nlp_map="results/tables/nlp_map.csv",
     output:
         csv=report("results/tables/paper_claims.csv", caption="../report/paper_claims.rst",
                    category="5. The paper's claims and ours"),
