@@ -243,17 +243,34 @@ def whatif_figure(ratios: pd.DataFrame, out: Path) -> None:
     plt.close(grid.figure)
 
 
+def _crossing(ax, values: np.ndarray) -> None:
+    """The line where a grid's ratio crosses 1: the cell edges between neighbours on either side of it (cells
+    without a value draw none)."""
+    rows, cols = values.shape
+    for y in range(rows):
+        for x in range(cols):
+            here = values[y, x]
+            for dy, dx in ((0, 1), (1, 0)):
+                if y + dy < rows and x + dx < cols:
+                    there = values[y + dy, x + dx]
+                    if np.isfinite(here) and np.isfinite(there) and (here > 1) != (there > 1):
+                        if dx:
+                            ax.plot([x + 0.5, x + 0.5], [y - 0.5, y + 0.5], color="black", lw=1.5)
+                        else:
+                            ax.plot([x - 0.5, x + 0.5], [y + 0.5, y + 0.5], color="black", lw=1.5)
+
+
 def nlp_map_figure(table: pd.DataFrame, hardware: str, out: Path) -> None:
     """KARMA over the best Megatron layout on a grid of per-GPU batch (x) and node count (y), one panel per
     model (columns) and precision (rows), the ratio as colour on a log scale centred on 1 and written in each
-    cell, and the line where it crosses 1."""
+    cell, and the line where it crosses 1 along the cells' edges."""
     plt = _pyplot()
     from matplotlib.colors import LogNorm
 
     models = list(dict.fromkeys(table.model))
     precisions = list(dict.fromkeys(table.precision))
-    fig, axes = plt.subplots(len(precisions), len(models), figsize=(3.4 * len(models), 2.9 * len(precisions)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(precisions), len(models), figsize=(3.6 * len(models), 3.2 * len(precisions)),
+                             squeeze=False, layout="constrained")
     ratios = table.karma_over_best_mp.dropna()
     span = max(2.0, float(np.exp(np.abs(np.log(ratios)).max()))) if len(ratios) else 2.0
     norm = LogNorm(1 / span, span)
@@ -268,20 +285,25 @@ def nlp_map_figure(table: pd.DataFrame, hardware: str, out: Path) -> None:
                 ax.set_axis_off()
                 continue
             values = grid.to_numpy(dtype=float)
+            ax.grid(False)
             image = ax.imshow(values, origin="lower", cmap="RdBu", norm=norm, aspect="auto")
             for (y, x), v in np.ndenumerate(values):
                 if np.isfinite(v):
                     ax.text(x, y, f"{v:.2f}", ha="center", va="center", fontsize=6)
-            if np.isfinite(values).sum() >= 4 and np.nanmin(values) < 1 < np.nanmax(values):
-                ax.contour(np.log(np.where(np.isfinite(values), values, 1.0)), levels=[0.0], colors="black",
-                           linewidths=1.2)
+            _crossing(ax, values)
             ax.set_xticks(range(len(grid.columns)), [str(b) for b in grid.columns], fontsize=7)
             ax.set_yticks(range(len(grid.index)), [str(n) for n in grid.index], fontsize=7)
             ax.set_xlabel("batch per GPU (sequences)", fontsize=8)
             ax.set_ylabel("nodes", fontsize=8)
     if image is not None:
+        from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
         bar = fig.colorbar(image, ax=axes, shrink=0.8)
         bar.set_label("KARMA / best Megatron (throughput)", fontsize=8)
+        bar.ax.yaxis.set_major_locator(FixedLocator([t for t in (0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7)
+                                                     if 1 / span <= t <= span]))
+        bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        bar.ax.yaxis.set_minor_formatter(NullFormatter())
     fig.suptitle(f"Where out-of-core data parallel beats model parallelism (>1, blue), simulated on {hardware}; "
                  "blank: one side does not fit", fontsize=9)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,8 @@ def grid(ratios: dict[int, list[float | None]]) -> pd.DataFrame:
 
 def test_the_region_names_each_batch_and_its_runs_of_node_counts():
     table = grid({1: [0.5, 0.6, 0.7, 0.8, 0.9], 2: [1.1, 1.2, 0.9, 1.3, None], 4: [1.5] * 5})
-    assert region(table, GRID) == "8 of 14 points: batch 2: 1-2, 8 nodes; batch 4: every node count"
+    assert region(table, GRID) == ("8 of 14 points (7 by more than the calibration's 15%): batch 2: 1-2, 8 nodes; "
+                                   "batch 4: every node count")
 
 
 def test_a_claim_that_holds_nowhere_says_so():
