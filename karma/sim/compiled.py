@@ -552,6 +552,9 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
         block_start[k] = ready
         if policy[k] == RECOMPUTE:
             _push(ev, ist, ready, 1.0, mem_ckpt[k], k)
+        if streamed and depth and k + depth < nb:  # issued as the block's forward starts, before its frees
+            weights_up_end[k + depth] = _upload(fs, ist, ev, qh2d, k + depth, _start_at(fs, COMPUTE, ready), uses,
+                                                h2d_bw)
         first = True
         for i in range(starts[k], stops[k]):
             keep = own[i] if policy[k] != RECOMPUTE else 0.0
@@ -562,8 +565,6 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
             ready = t
             if first:
                 first = False
-                if streamed and depth and k + depth < nb:
-                    weights_up_end[k + depth] = _upload(fs, ist, ev, qh2d, k + depth, start, uses, h2d_bw)
                 if policy[k] == RECOMPUTE and host_ckpt[k] != 0:
                     _, ckpt_out_end[k] = _op(fs, ist, ev, qd2h, k, start, ckpt[k] / d2h_bw, 0.0, mem_ckpt[k],
                                                  nan)

@@ -229,6 +229,9 @@ def _forward(it: _Iteration) -> None:
         it.times.block_start[k] = ready
         if b.policy == "recompute":
             s.alloc(ready, by.mem_ckpt[k], k)
+        if it.streamed and depth and k + depth < nb:
+            # issued as the block's forward starts: before that forward's frees, even when it takes no time
+            weights_up_end[k + depth] = it.upload(k + depth, s.start_at("compute", ready))
         first = True
         for i in range(b.start, b.stop):
             u = units[i]
@@ -239,8 +242,6 @@ def _forward(it: _Iteration) -> None:
             ready = t
             if first:
                 first = False
-                if it.streamed and depth and k + depth < nb:
-                    weights_up_end[k + depth] = it.upload(k + depth, start)
                 if b.policy == "recompute" and b.checkpoint == "host":
                     it.ckpt_out_end[k] = s.op("d2h", "offload checkpoint", k, start, by.ckpt[k] / hw.d2h_bw,
                                               free=by.mem_ckpt[k])[1]

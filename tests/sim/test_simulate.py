@@ -14,7 +14,7 @@ from tests.chains import V100, adversarial_chains, all_plans, chains, make_unit
 from tests.fuzz import examples
 
 SETTINGS = settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck))
-INF_LINK = replace(V100, h2d_bw=1e30, d2h_bw=1e30)
+INF_LINK = replace(V100, h2d_bw=1e30, d2h_bw=1e30, host_memory_bw=0.0)  # and no limit of the host memory behind it
 
 
 def plan_of(profile: Profile, label: str, **kw) -> Plan:
@@ -264,6 +264,22 @@ def test_an_op_of_no_duration_counts_no_less_memory_than_one_of_a_nanosecond(cas
                                                 backward_time=u.backward_time + 1e-9) for u in profile.units))
     zero = simulate(profile, plan, hw, capacity=float("inf"), record=False).peak_bytes
     assert zero >= simulate(nano, plan, hw, capacity=float("inf"), record=False).peak_bytes - 1.0
+
+
+def test_weights_uploaded_as_a_forward_of_no_duration_starts_are_held_beside_its_workspace():
+    """Streamed weights at depth 1: block 1's weights go up as block 0's forward starts, so they are allocated
+    beside that forward's 3 MB workspace (4 MB), also when the forward takes no time (the property test above
+    found the simulator freeing the workspace first: 3 MB)."""
+    units = (make_unit("u0", input_bytes=int(1e6), output_bytes=int(1e6), workspace_bytes=int(3e6)),
+             make_unit("u1", input_bytes=int(1e6), output_bytes=int(1e6), param_bytes=int(1e6),
+                       optimizer_bytes=int(1e6)))
+    profile = Profile("mini", "tiny", 1, "analytic", "v100-abci", "sgd",
+                      tuple(replace(u, forward_time=0.0, backward_time=0.0) for u in units))
+    plan = Plan(model="mini", batch=1, units=2, blocks=(Block(0, 1, "swap", "device"), Block(1, 2, "keep", "device")),
+                weights="streamed", prefetch_depth=1, optimizer="host")
+    hw = replace(V100, h2d_bw=0.5e9, d2h_bw=0.5e9)
+    for reference in (True, False):
+        assert simulate(profile, plan, hw, capacity=float("inf"), record=False, reference=reference).peak_bytes == 4e6
 
 
 def test_a_prefetch_is_not_queued_behind_the_upload_of_weights_updated_after_it_was_issued():
