@@ -7,7 +7,8 @@ The comparison is in-core data parallel at the largest
 per-GPU batch that fits the device (all activations kept, per-block all-reduce
 overlapped with the backward as PyTorch DDP does). Throughput = GPUs x batch /
 iteration time; efficiency = throughput / (GPUs x the same strategy's one-GPU
-throughput).
+throughput); efficiency_vs_node = throughput / (nodes x one whole node's throughput): the scaling
+across nodes, where a node's ranks already share its host (karma/sim/simulate.py, host_memory_time).
 
 Profiles at other batch sizes are interpolated linearly per unit between the
 analytic profiles at batch 1 and at the paper batch: activation bytes, FLOPs and
@@ -78,22 +79,28 @@ def sweep(one: Profile, big: Profile, karma: Plan, hw: Hardware, gpu_counts: lis
                       "pipelined", False))
     rows = []
     for label, profile, plan, order, host_updates in cases:
-        base = None
+        base = node = None
         for gpus in gpu_counts:
             result = simulate(profile, plan, hw, gpus=gpus, order=order, record=False, host_updates=host_updates)
             throughput = gpus * profile.batch / result.time if result.feasible else None
             if gpus == 1:
                 base = throughput
+            if gpus == hw.gpus_per_node:
+                node = throughput
             rows.append({
                 "model": profile.model, "strategy": label, "gpus": gpus,
                 "nodes": max(1, gpus // hw.gpus_per_node), "batch_per_gpu": profile.batch,
                 "time_s": result.time, "samples_per_s": throughput,
                 "efficiency": throughput / (gpus * base) if (throughput and base) else None,
+                # across nodes: against one whole node, whose ranks share its host (host_memory_time)
+                "efficiency_vs_node": (throughput / (gpus / hw.gpus_per_node * node)
+                                       if (throughput and node and gpus >= hw.gpus_per_node) else None),
                 "network_busy_s": result.busy.get("network", 0.0),
                 "source": f"simulated on {hw.name} (analytic profile)",
             })
     if incore is None:
         rows.append({"model": big.model, "strategy": "in-core data parallel", "gpus": None, "nodes": None,
                      "batch_per_gpu": 0, "time_s": None, "samples_per_s": None, "efficiency": None,
+                     "efficiency_vs_node": None,
                      "network_busy_s": None, "source": "OOM: the weights and optimizer state alone exceed the device"})
     return pd.DataFrame(rows)

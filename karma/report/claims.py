@@ -93,11 +93,14 @@ def claims(tables: str | Path) -> pd.DataFrame:
     top = scaling[scaling.gpus == scaling.gpus.max()]
     pipe = top[top.strategy == "karma out-of-core, pipelined"]
     naive = top[top.strategy == "karma out-of-core, naive"]
+    across = pipe.efficiency_vs_node if "efficiency_vs_node" in pipe else pipe.efficiency
     rows.append((f"multi-node out-of-core data parallel scales (pipelined gradient exchange, host updates), "
                  f"up to {int(top.gpus.max())} GPUs", "scaling on ABCI to 2048 GPUs",
-                 f"weak-scaling efficiency {pipe.efficiency.min():.2f}-{pipe.efficiency.max():.2f} pipelined, "
-                 f"{naive.efficiency.min():.2f}-{naive.efficiency.max():.2f} naive",
-                 top.source.iloc[0], claim_verdict(pipe.efficiency.min() >= 0.9)))
+                 f"weak-scaling efficiency across nodes (against one node) {across.min():.2f}-{across.max():.2f} "
+                 f"pipelined; against one GPU {pipe.efficiency.min():.2f}-{pipe.efficiency.max():.2f} pipelined, "
+                 f"{naive.efficiency.min():.2f}-{naive.efficiency.max():.2f} naive (a GPU alone has its node's "
+                 "host to itself; a node's ranks share it)",
+                 top.source.iloc[0], claim_verdict(across.min() >= 0.9)))
     grid = pd.read_csv(tables / "nlp_map.csv") if (tables / "nlp_map.csv").exists() else None
     for r in nlp.itertuples():
         ratio = r.karma_over_best_mp_geomean

@@ -102,14 +102,25 @@ def claims_table(metrics: pd.DataFrame) -> str:
          "simulated, v100-abci", claim_verdict(best >= 1.4, wins == len(speedups))),
         ("KARMA's plan is the fastest when run (not in the paper)",
          ranking_text, "measured, emulated device", ranking_verdict),
-        ("out-of-core data parallel scales to 2048 GPUs (pipelined exchange, host updates)",
-         f"weak-scaling efficiency {efficiency.min():.2f}-{efficiency.max():.2f} at 2048 GPUs",
-         "simulated, v100-abci", claim_verdict(efficiency.min() >= 0.9)),
+        _scaling_claim(value, efficiency),
         _map_claim(value, nlp),
     ]
     lines = ["| claim | ours | source | verdict |", "|---|---|---|---|"]
     lines += [f"| {c} | {o} | {src} | {v} |" for c, o, src, v in rows]
     return "\n".join(lines)
+
+
+def _scaling_claim(value: pd.Series, efficiency: pd.Series) -> tuple[str, str, str, str]:
+    """The third claim's row: weak-scaling efficiency at 2048 GPUs across nodes (against one node, whose ranks
+    share its host) where the reference has it, and against one GPU."""
+    across = value[value.index.str.contains("karma out-of-core, pipelined/efficiency_vs_node_at_")]
+    ours = f"weak-scaling efficiency {efficiency.min():.2f}-{efficiency.max():.2f} at 2048 GPUs"
+    if len(across):
+        ours = (f"weak-scaling efficiency at 2048 GPUs {across.min():.2f}-{across.max():.2f} across nodes, "
+                f"{efficiency.min():.2f}-{efficiency.max():.2f} against one GPU (which has its node's host to itself)")
+        efficiency = across
+    return ("out-of-core data parallel scales to 2048 GPUs (pipelined exchange, host updates)", ours,
+            "simulated, v100-abci", claim_verdict(efficiency.min() >= 0.9))
 
 
 def _map_claim(value: pd.Series, nlp: pd.Series) -> tuple[str, str, str, str]:

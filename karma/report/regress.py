@@ -234,6 +234,9 @@ def collect(results: str | Path) -> pd.DataFrame:
     top = scaling[scaling.gpus == scaling.gpus.max()]
     for r in top.itertuples():
         rows.append((f"scaling/{r.model}/{r.strategy}/efficiency_at_{int(r.gpus)}", r.efficiency, "simulated"))
+        if pd.notna(getattr(r, "efficiency_vs_node", float("nan"))):
+            rows.append((f"scaling/{r.model}/{r.strategy}/efficiency_vs_node_at_{int(r.gpus)}", r.efficiency_vs_node,
+                         "simulated"))
     nlp = _read(results / "tables" / "large_nlp_summary.csv")
     for r in nlp.itertuples():
         rows.append((f"large_nlp/{r.model}/karma_over_best_mp_geomean", r.karma_over_best_mp_geomean, "simulated"))

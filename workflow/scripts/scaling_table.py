@@ -22,6 +22,8 @@ with logged(sm):
         "gpus": pipelined.gpus,
         "efficiency_pipelined": pipelined.efficiency,
         "efficiency_naive": naive.efficiency,
+        "efficiency_pipelined_vs_node": pipelined.efficiency_vs_node,
+        "efficiency_naive_vs_node": naive.efficiency_vs_node,
         "pipelined_speedup_over_naive": naive.time_s / pipelined.time_s,
     }).reset_index()
     text = [
@@ -31,6 +33,8 @@ with logged(sm):
         "from host buffers (alpha-beta ring / hierarchical, karma/sim/network.py), pipelined with the backward or "
         "after",
         "it (naive); host updates. In-core data parallel: the largest per-GPU batch that fits, all kept.",
+        "Efficiency against one GPU, and across nodes against one whole node (`_vs_node`): a GPU alone has its",
+        "node's host to itself, the ranks of a node share its host updates and memory (docs/distributed.md).",
         "The paper reports out-of-core data parallel scaling on ABCI up to 2048 GPUs; its per-model numbers are",
         "not available to us, so compare the shape: efficiency stays high when gradient exchange is pipelined.",
         "",
