@@ -31,12 +31,14 @@ with logged(sm):
         "activation checkpointing included (80 TFLOP per 1.2B iteration of batch 8 in Megatron's own count).",
         "* Megatron-LM as it ran: fp16 with the whole model in half (its attention softmax on fp16 scores, "
         "scale, mask, softmax and dropout as separate kernels: no fused softmax in the 2019 code), every layer "
-        "checkpointed, batch 8 per model replica, data-parallel all-reduce overlapped with the backward, on "
+        "checkpointed, batch 8 per model replica, data-parallel all-reduce after the backward as its code ran it, on "
         "the `dgx2h` preset (DGX-2H, its paper's machine). ResNet-50 on `v100-abci` (the same V100 SXM2 16 GB "
         "as NVIDIA's DGX-1), in core, at the batch NVIDIA published for each precision.",
         "* Fitted, not predicted: the narrow tensor-core GEMM constant (karma/presets/v100-abci.yaml, "
         f"`tensor_half_rate_dim`) minimises the larger error of {' and '.join(FIT_ROWS)} "
-        "(`python -m karma.experiments.calibration --fit`); every other row uses the presets' figures as they are.",
+        "(`python -m karma.experiments.calibration --fit`); the V100 presets' host update rate is the median of "
+        "ZeRO-Offload's CPU-Adam step times (its Table 4; karma/presets/dgx2h.yaml), which its row's end-to-end "
+        "throughput then checks; every other row uses the presets' figures as they are.",
         "* `command` reproduces the row.",
     ], out)
     Path(sm.output.md).write_text(text)
