@@ -101,6 +101,7 @@ def test_every_config_file_dry_runs_on_top_of_the_default(tmp_path, extra):
     ("strategies", ["karma", "vdnn2"], "valid: "),
     ("gantt_model", "resnet51", "resnet51"),
     ("large_nlp", {"models": ["megatron-2.5b"], "nodes": [1], "whatif_hardware": ["v999"], "whatif_nodes": [1],
+                   "map": {"precisions": ["fp16"], "nodes": [1], "max_batch": 1},
                    "validate": {"ranks": 2, "models": ["megatron-1.2b"], "global_batch": 8, "steps": 1}},
      "whatif_hardware': unknown hardware 'v999'; valid: "),
     ("large_nlp", {"models": ["turing-nlg-17b"], "nodes": [1], "whatif_hardware": [], "whatif_nodes": [1],
