@@ -11,7 +11,9 @@ checkpointing (Sec. 6, used with DeepSpeed's per-layer
 ``checkpoint_activations``) only when the model does not fit without it:
 configurations, in order, no checkpointing, then every unit its own
 checkpointed segment; the first that fits. The one-step delayed parameter
-update (DPU, Sec. 5.2) changes convergence and is off by default; not modelled.
+update (DPU, Sec. 5.2) changes convergence and is off by default; without it the CPU
+steps after the whole backward (the optimizer's step() once every gradient is down, then
+the updated weights go up): ``update_order='after-backward'``.
 
 Unit granularity: a layer is a unit; the gradients of a unit's weights go to the
 host when its block's backward ends. Our profiles keep weights in the
@@ -28,7 +30,7 @@ def configurations(profile):
     n = len(profile.units)
     for labels, activations in ((["keep"] * n, "kept"), (["recompute"] * n, "checkpointed per layer")):
         plan = from_policies(profile.model, profile.batch, labels, segments=list(range(n)), optimizer="host",
-                             strategy="zero-offload")
+                             update_order="after-backward", strategy="zero-offload")
         yield named(plan, "zero-offload", activations=activations)
 
 

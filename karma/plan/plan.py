@@ -18,6 +18,9 @@ the block's backward; the optimizer step runs on the host, KARMA Sec. V).
 al. 2021, Sec. 4): weights stay on the device, the optimizer state lives on the
 host, each block's gradients go down after its backward, the host updates the
 master weights and sends them back up. Streamed weights always update on the host.
+``update_order`` says when the host updates a block: ``pipelined`` as soon as its gradients are down
+(KARMA), or ``after-backward``, every block once the backward is done (ZeRO-Offload's step without its
+delayed parameter update, Sec. 5.2).
 ``prefetch_depth`` is how many blocks ahead of the running backward block the
 prefetches (activations, checkpoints, streamed weights) are issued. Depth 0 is
 on demand: a block's copies back are issued when its own backward is due and it
@@ -40,6 +43,9 @@ POLICIES = ("keep", "swap", "recompute")
 PLACES = ("device", "host")
 WEIGHTS = ("resident", "streamed")
 OPTIMIZERS = ("device", "host")
+#: when the host optimizer updates a block: as soon as its gradients are down, during the rest of the backward
+#: (KARMA Sec. V), or every block after the whole backward (ZeRO-Offload without its delayed update, Sec. 5.2)
+UPDATE_ORDERS = ("pipelined", "after-backward")
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class Plan:
     weights: str = "resident"
     prefetch_depth: int = 1
     optimizer: str = "device"
+    update_order: str = "pipelined"
     strategy: str = "manual"
     predicted_time: float | None = None
     predicted_peak: float | None = None
@@ -123,8 +130,8 @@ class Plan:
             if extra:
                 raise KarmaError(f"{where}: unknown field 'blocks[{k}].{sorted(extra)[0]}'")
             blocks.append(Block(**raw))
-        known = {"model", "batch", "units", "weights", "prefetch_depth", "optimizer", "strategy", "predicted_time",
-                 "predicted_peak", "notes"}
+        known = {"model", "batch", "units", "weights", "prefetch_depth", "optimizer", "update_order", "strategy",
+                 "predicted_time", "predicted_peak", "notes"}
         extra = set(data) - known - {"blocks", "version"}
         if extra:
             raise KarmaError(f"{where}: unknown field '{sorted(extra)[0]}'")
@@ -172,6 +179,7 @@ def validate(plan: Plan) -> None:
         raise KarmaError(f"field 'notes' must be an object, got {plan.notes!r:.60}")
     _choice(plan.weights, "weights", WEIGHTS)
     _choice(plan.optimizer, "optimizer", OPTIMIZERS)
+    _choice(plan.update_order, "update_order", UPDATE_ORDERS)
     expected = 0
     for k, b in enumerate(plan.blocks):
         number(b.start, f"blocks[{k}].start", integer=True)

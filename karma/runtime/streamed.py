@@ -67,15 +67,17 @@ class HostWeights:
     """Master weights, gradients and optimizer state of a chain on the host, per block."""
 
     def __init__(self, chain: ChainModel, plan: Plan, lr: float = 0.01, link: EmulatedLink | None = None,
-                 reduce: Callable[[list[torch.Tensor]], Callable[[], None]] | None = None, pipelined: bool = True,
+                 reduce: Callable[[list[torch.Tensor]], Callable[[], None]] | None = None,
+                 pipelined: bool | None = None,
                  physical: bool | None = None, threads: int = 1):
         """`reduce(grads)` starts combining a block's host gradients across data-parallel ranks
         (a non-blocking all-reduce) and returns the wait for it; the block's update runs after
         the wait, on the host thread, while later blocks' all-reduces are in flight.
         `pipelined=False` defers every block's reduce and update until the whole backward is
-        done (the naive order). With a resident-weights plan the weights stay on the device
-        and `link` carries each block's updated weights back up after its update (in the gap
-        before the next forward). `physical`: see _DeviceCopies (default: on CUDA only).
+        done (the naive order); None follows the plan's update order (Plan.update_order). With a
+        resident-weights plan the weights stay on the device and `link` carries each block's updated
+        weights back up after its update (in the gap before the next forward). `physical`: see
+        _DeviceCopies (default: on CUDA only).
         `threads`: intra-op threads of the host optimizer (one on the emulated device, whose
         compute needs the other core; a GPU's host has cores to spare: karma.runtime.cuda)."""
         units = list(chain.units.children())
@@ -100,7 +102,7 @@ class HostWeights:
         self.threads = threads
         self.steps: list[Future] = []
         self.reduce = reduce
-        self.pipelined = pipelined
+        self.pipelined = plan.update_order == "pipelined" if pipelined is None else pipelined
         self.deferred: list[int] = []
         self.resident = plan.weights == "resident"
         self.link = link

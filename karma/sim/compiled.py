@@ -162,7 +162,7 @@ def simulate_compiled(profile: Profile, plan: Plan, hw: Hardware, capacity: floa
     codes = [_POLICY[b.policy] + _HOST[b.checkpoint] for b in blocks]
     streamed = plan.weights == "streamed"
     _, scalars, flags = constants(profile, hw, capacity, streamed, host_side, plan.prefetch_depth,
-                                  (order == "naive", gpus, nodes, shards))
+                                  (order == "naive", gpus, nodes, shards), plan.update_order == "after-backward")
     blocks_args = (np.array(bounds, dtype=np.int64), np.array(codes, dtype=np.int64), scalars, flags)
     levels = None
     if memory:
@@ -181,10 +181,11 @@ def simulate_compiled(profile: Profile, plan: Plan, hw: Hardware, capacity: floa
 
 
 def constants(profile: Profile, hw: Hardware, capacity: float, streamed: bool, host_side: bool, depth: int,
-              parallel: tuple[bool, int, int, int] = (False, 1, 1, 1)) -> tuple:
+              parallel: tuple[bool, int, int, int] = (False, 1, 1, 1), after_backward: bool = False) -> tuple:
     """What the kernels take of a plan besides its blocks: the profile's columns, the Hardware's rates with
     this plan's static bytes and the capacity, and the flags; `parallel` is (naive order, gpus, nodes,
-    optimizer shards). A search builds them once per (depth, layout) and simulates many block tilings."""
+    optimizer shards); `after_backward`, the plan's host updates after the whole backward (Plan.update_order).
+    A search builds them once per (depth, layout) and simulates many block tilings."""
     c = _columns(profile)
     naive, gpus, nodes, shards = parallel
     buffers, host_opt, device_opt = c.static
@@ -194,7 +195,7 @@ def constants(profile: Profile, hw: Hardware, capacity: float, streamed: bool, h
     scalars[2] = hw.host_update_rate(min(gpus, hw.gpus_per_node))
     flags = np.array([streamed, host_side, naive, hw.link_duplex == "half", c.storages, depth, gpus, nodes,
                       min(gpus, hw.gpus_per_node), shards, OPTIMIZER_STATE_FACTOR[profile.optimizer],
-                      STATE_TENSORS[profile.optimizer]], dtype=np.int64)
+                      STATE_TENSORS[profile.optimizer], after_backward], dtype=np.int64)
     return c, scalars, flags
 
 
@@ -219,7 +220,7 @@ def compile_now() -> None:
     """Compile the event loop now, or load it from numba's cache: a first simulation pays that otherwise
     (tens of seconds once per installation, then a fraction of a second per process). Test runs call it
     once before their workers start (tests/conftest.py), so that the workers load what it cached."""
-    flags = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1], dtype=np.int64)
+    flags = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 0], dtype=np.int64)
     _summary(np.zeros((len(ROWS), 1)), np.zeros((3, 2), dtype=np.int64), np.zeros(0),
              np.zeros((4, 2), dtype=np.int64), np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int64),
              np.ones(11), flags)
@@ -492,6 +493,7 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
     streamed, host_side, naive, half, storages = fl[0] != 0, fl[1] != 0, fl[2] != 0, fl[3] != 0, fl[4] != 0
     depth, gpus = fl[5], fl[6]
     parallel = gpus > 1
+    after_backward = fl[12] != 0  # the plan's host updates after the whole backward
     h2d_bw, d2h_bw = sc[0], sc[1]
     qh2d = LINK if half else H2D
     qd2h = LINK if half else D2H
@@ -632,7 +634,7 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
             if streamed:
                 _release(ev, ist, ready, uses[k], k, ready == fs[_CSTART])
             _, grads_down_end = _op(fs, ist, ev, qd2h, k, ready, params[k] / d2h_bw, 0.0, params[k], nan)
-            if parallel and naive:
+            if (parallel and naive) or after_backward:
                 n = ist[_NPEND]
                 pend_k[n] = k
                 pend_t[n] = grads_down_end
@@ -660,9 +662,12 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
         start_naive = max(start_naive, pend_t[n])
     for n in range(ist[_NPEND]):
         k = pend_k[n]
-        _, net_end = _op(fs, ist, ev, NETWORK, k, start_naive, _allreduce(params[k], sc, fl), 0.0, 0.0, nan)
+        ready = start_naive
+        if parallel:
+            _, net_end = _op(fs, ist, ev, NETWORK, k, start_naive, _allreduce(params[k], sc, fl), 0.0, 0.0, nan)
+            ready = net_end
         if host_side:
-            host_end = _host_update(fs, ist, ev, k, net_end, params, state, sc, fl, up_issue, up_k, host_end)
+            host_end = _host_update(fs, ist, ev, k, ready, params, state, sc, fl, up_issue, up_k, host_end)
     if host_side:
         host_end = _queue_updated_weights(fs, ist, ev, qh2d, np.inf, up_issue, up_k, params, h2d_bw, host_end)
         end = max(max(backward_end, grads_down_end), max(host_end, net_end))

@@ -353,7 +353,7 @@ def _gradients_ready(it: _Iteration, k: int, ready: float) -> None:
             s.release(ready, by.uses[k], k, after_allocs=ready == s.compute_start)
         it.grads_down_end = s.op("d2h", "download gradients", k, ready, by.params[k] / hw.d2h_bw,
                                  free=by.params[k])[1]
-        if parallel and it.order == "naive":
+        if (parallel and it.order == "naive") or it.plan.update_order == "after-backward":
             it.pending.append((k, it.grads_down_end))
         else:
             if parallel:
@@ -379,14 +379,17 @@ def _host_update(it: _Iteration, k: int, ready: float) -> None:
 
 def _optimizer(it: _Iteration, shards: int) -> float:
     """The naive order's all-reduces (after the whole backward), then the optimizer step: on the
-    device over every weight (1/shards of them with ZeRO-1), or the host's last update. Returns
-    the end of the iteration."""
+    device over every weight (1/shards of them with ZeRO-1), or the host's last update (every block's, with
+    the plan's update order after-backward). Returns the end of the iteration."""
     s, by, hw = it.s, it.by, it.hw
     start_naive = max([it.backward_end] + [t for _, t in it.pending])
     for k, _ in it.pending:
-        it.net_end = s.op("network", "all-reduce", k, start_naive, allreduce_time(by.params[k], hw, it.gpus))[1]
+        ready = start_naive
+        if it.gpus > 1:
+            ready = it.net_end = s.op("network", "all-reduce", k, start_naive,
+                                      allreduce_time(by.params[k], hw, it.gpus))[1]
         if it.host_side:
-            _host_update(it, k, it.net_end)
+            _host_update(it, k, ready)
     if it.host_side:
         it.queue_updated_weights()
         return max(it.backward_end, it.grads_down_end, it.host_end, it.net_end)

@@ -14,7 +14,7 @@ from torch.profiler import ProfilerActivity, profile
 from karma.core.errors import KarmaError
 from karma.core.hardware import load
 from karma.core.storages import storage_key
-from karma.plan.plan import from_policies
+from karma.plan.plan import UPDATE_ORDERS, from_policies
 from karma.profile.analytic import analytic_profile
 from karma.profile.measured import measured_profile
 from karma.report.tables import step_terms_markdown, step_terms_rows
@@ -45,7 +45,8 @@ def model_and_plan(draw):
     segments = draw(st.lists(st.integers(0, n - 1), max_size=3))
     plan = from_policies(name, 2, labels, segments=segments, checkpoint=draw(st.sampled_from(["device", "host"])),
                          prefetch_depth=draw(st.integers(0, 3)),
-                         weights=draw(st.sampled_from(["resident", "streamed"])))
+                         weights=draw(st.sampled_from(["resident", "streamed"])),
+                         update_order=draw(st.sampled_from(UPDATE_ORDERS)))
     return name, plan
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from karma.plan.plan import Block, Plan
+from karma.plan.plan import UPDATE_ORDERS, Block, Plan
 from karma.profile.analytic import analytic_profile
 from karma.sim.compiled import simulate_compiled
 from karma.sim.network import nodes_for
@@ -68,7 +68,7 @@ def plans(draw, n: int, model: str = "random", batch: int = 1) -> Plan:
                    for a, b in zip(bounds[:-1], bounds[1:], strict=False))
     weights, optimizer = draw(st.sampled_from(LAYOUTS))
     return Plan(model=model, batch=batch, units=n, blocks=blocks, weights=weights, optimizer=optimizer,
-                prefetch_depth=draw(st.integers(0, 4)))
+                prefetch_depth=draw(st.integers(0, 4)), update_order=draw(st.sampled_from(UPDATE_ORDERS)))
 
 
 @st.composite

@@ -97,6 +97,23 @@ def test_four_ranks_on_one_node_are_slower_than_one_where_the_host_binds(preset)
     assert node.time > one.time * 1.2
     unshared = replace(hw, host_memory_bw=0.0)  # each GPU a host of its own, at the node's whole rate
     assert one.time == pytest.approx(simulate(profile, plan, unshared, capacity=math.inf).time, rel=1e-12)
+@SETTINGS
+@given(chains(), st.data(), st.sampled_from([1, 4]))
+def test_host_updates_after_the_backward_start_when_it_ends_and_are_never_faster(case, data, gpus):
+    """ZeRO-Offload's order (Plan.update_order 'after-backward'): no block's host update starts before the
+    last backward ends, and the iteration takes at least as long as with KARMA's pipelined updates."""
+    profile, hw, _ = case
+    plan = replace(random_plan(data, profile), optimizer="host")
+    after = replace(plan, update_order="after-backward")
+    pipelined = simulate(profile, plan, hw, capacity=math.inf, gpus=gpus)
+    deferred = simulate(profile, after, hw, capacity=math.inf, gpus=gpus)
+    backward_end = max(e.end for e in deferred.timeline if e.op == "backward")
+    assert all(e.start >= backward_end for e in deferred.timeline if e.op == "optimizer step")
+    assert deferred.time >= pipelined.time * (1 - 1e-12)
+    assert deferred.time == pytest.approx(simulate(profile, after, hw, capacity=math.inf, gpus=gpus,
+                                                   record=False).time, rel=1e-12)
+
+
 def test_interpolated_profile_equals_a_real_one_at_an_intermediate_batch():
     one = analytic_profile(build("wrn28-10", "tiny", 1, device="meta"), V100)
     big = analytic_profile(build("wrn28-10", "tiny", 8, device="meta"), V100)
