@@ -38,7 +38,7 @@ def measured_ranking(runtime: pd.DataFrame) -> list[tuple[str, str]]:
         outcome = "wins" if lo > 1 else "loses" if hi < 1 else "ties"
         text = f"{model}: {mid:.2f}x {fastest.strategy} ({lo:.2f}-{hi:.2f}, KARMA {outcome}"
         if outcome == "loses":
-            text += f" by {1 / mid - 1:.0%}{_blame(karma.iloc[0], fastest)}"
+            text += f" by {1 / mid - 1:.1%}{_blame(karma.iloc[0], fastest)}"
         out.append((text + ")", outcome))
     return out
 
