@@ -25,7 +25,7 @@ def test_karma_against_the_fastest_baseline_wins_ties_or_loses_by_its_band(speed
     [(text, found)] = measured_ranking(runtime(speedup, lo, hi, karma_backward_over=0.05))
     assert found == outcome and text.startswith(f"m: {speedup:.2f}x rotor ({lo:.2f}-{hi:.2f}")
     if outcome == "loses":  # by how much, and the term the model misses most on KARMA's plan
-        assert "loses by 11%" in text and "backward term by 50 ms more" in text
+        assert "loses by 11.1%" in text and "backward term by 50 ms more" in text
 
 
 def test_no_ranking_without_karma():
