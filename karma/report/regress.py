@@ -370,6 +370,8 @@ def verdict(row) -> tuple[str, str]:
     if kind == "simulated":
         if math.isnan(now):
             return "MISSING", "not in this run"
+        if ref == 0:  # a count that was zero (a map's points where KARMA is faster): any other value moved
+            return ("ok", "") if now == 0 else ("REGRESSION", f"{now:g} where the reference has 0")
         change = now / ref - 1
         if abs(change) > SIMULATED_TOLERANCE:
             return "REGRESSION", f"{change:+.2%} (tolerance {SIMULATED_TOLERANCE:.0%})"

@@ -39,6 +39,12 @@ def test_simulated_numbers_are_exact_within_one_percent(now, expected):
     assert verdicts(table(sim(1.0)), table(sim(now)))[SIM] == expected
 
 
+@pytest.mark.parametrize("now, expected", [(0.0, "ok"), (1.0, "REGRESSION")])
+def test_a_simulated_zero_is_compared_exactly(now, expected):
+    """A count the reference has at zero (the map's points where KARMA is faster) has no relative change."""
+    assert verdicts(table(sim(0.0)), table(sim(now)))[SIM] == expected
+
+
 @pytest.mark.parametrize("now, expected", [
     ((2.0, 1.9, 2.1), "ok"),
     ((1.8, 1.75, 1.85), "ok"),  # reference 2.0 inside [1.75, 1.85] widened by 0.2 + 10%
