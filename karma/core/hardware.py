@@ -128,7 +128,8 @@ def parse(data, name: str, where: str) -> Hardware:
         raise KarmaError(f"{where}: expected a mapping of fields, got {type(data).__name__}")
     unknown = set(data) - set(FIELDS) - set(TENSOR_FIELDS) - set(HOST_FIELDS) - set(OPTIONAL) - {"name"}
     if unknown:
-        raise KarmaError(f"{where}: unknown field '{sorted(unknown)[0]}'; valid: {', '.join(sorted(FIELDS))}")
+        valid = sorted([*FIELDS, *TENSOR_FIELDS, *HOST_FIELDS, *OPTIONAL])
+        raise KarmaError(f"{where}: unknown field '{sorted(unknown)[0]}'; valid: {', '.join(valid)}")
     values = {}
     try:
         for key, (attr, factor) in FIELDS.items():

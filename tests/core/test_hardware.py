@@ -72,6 +72,7 @@ def test_bad_value_is_named(tmp_path, value):
     ({"gpus_per_node": 2.5}, "'gpus_per_node' must be an integer"),
     ({"link_duplex": "triple"}, "'link_duplex' must be 'full' or 'half'"),
     ({"hbm_gbs": 3}, "unknown field 'hbm_gbs'"),
+    ({"host_memory_gb": 3}, "unknown field 'host_memory_gb'; valid: .*host_memory_gbs"),
 ])
 def test_other_malformed_fields(tmp_path, change, match):
     with pytest.raises(KarmaError, match=match):
