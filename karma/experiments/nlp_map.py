@@ -102,7 +102,8 @@ def region(table: pd.DataFrame, grid: list[int]) -> str:
         if not runs:
             continue
         every = len(wins) == len(at)
-        parts.append(f"batch {batch}: {'every node count' if every else _spans(runs) + ' nodes'}")
+        unit = " node" if runs == [(1, 1)] else " nodes"
+        parts.append(f"batch {batch}: {'every node count' if every else _spans(runs) + unit}")
     held = int((compared.karma_over_best_mp > 1).sum())
     if not held:
         return f"nowhere ({len(compared)} points compared)"
