@@ -265,7 +265,7 @@ def nlp_map_figure(table: pd.DataFrame, hardware: str, out: Path) -> None:
     model (columns) and precision (rows), the ratio as colour on a log scale centred on 1 and written in each
     cell, and the line where it crosses 1 along the cells' edges."""
     plt = _pyplot()
-    from matplotlib.colors import LogNorm
+    from matplotlib.colors import LogNorm  # heavy optional dependency, loaded after _pyplot chose Agg
 
     models = list(dict.fromkeys(table.model))
     precisions = list(dict.fromkeys(table.precision))
@@ -296,7 +296,7 @@ def nlp_map_figure(table: pd.DataFrame, hardware: str, out: Path) -> None:
             ax.set_xlabel("batch per GPU (sequences)", fontsize=8)
             ax.set_ylabel("nodes", fontsize=8)
     if image is not None:
-        from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+        from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # heavy optional dependency
 
         bar = fig.colorbar(image, ax=axes, shrink=0.8)
         bar.set_label("KARMA / best Megatron (throughput)", fontsize=8)

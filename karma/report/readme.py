@@ -128,16 +128,16 @@ def _map_claim(value: pd.Series, nlp: pd.Series) -> tuple[str, str, str, str]:
     faster over the map of per-GPU batch and node count (its verdict, where the map was run)."""
     ours = (", ".join(f"{k.split('/')[1]} {v:.2f}x" for k, v in nlp.items())
             + " the best Megatron layout at the paper's batch per GPU (fp16)")
+    claim = "data parallel out of core beats hybrid model parallelism on large NLP models"
     faster = value[value.index.str.match(r"nlp_map/[^/]+/[^/]+/points_faster$")]
     if not len(faster):
-        return ("data parallel out of core beats hybrid model parallelism on large NLP models", ours,
-                "simulated, v100-abci", claim_verdict(bool((nlp > 1).all()), bool((nlp > 1).any())))
+        return claim, ours, "simulated, v100-abci", claim_verdict(bool((nlp > 1).all()), bool((nlp > 1).any()))
     compared = value[[k.replace("points_faster", "points_compared") for k in faster.index]].to_numpy()
     where = [f"{k.split('/')[1]} {k.split('/')[2]} {int(n)}/{int(c)}"
              for (k, n), c in zip(faster.items(), compared, strict=True)]
     ours += "; over per-GPU batch x node count (results/tables/nlp_map.md), faster at " + ", ".join(where) + " points"
-    return ("data parallel out of core beats hybrid model parallelism on large NLP models", ours,
-            "simulated, v100-abci", claim_verdict(bool((faster == compared).all()), bool((faster > 0).any())))
+    return claim, ours, "simulated, v100-abci", claim_verdict(bool((faster == compared).all()),
+                                                              bool((faster > 0).any()))
 
 
 def render(readme: str, metrics: pd.DataFrame) -> str:

@@ -51,10 +51,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from karma.core.errors import KarmaError
+from karma.experiments.speedups import geomean
 
 SIMULATED_TOLERANCE = 0.01
 #: the lower end of this machine's run-to-run noise on small measured ratios (docs/machine.md: 10-25%)
@@ -214,8 +214,8 @@ def _map_rows(table: pd.DataFrame) -> list[tuple[str, float, str]]:
         for batch, at in g.groupby("batch_per_gpu", sort=True):
             ratio = at.karma_over_best_mp.dropna()
             if len(ratio):
-                rows.append((f"nlp_map/{model}/{precision}/b{batch}/karma_over_best_mp_geomean",
-                             float(np.exp(np.log(ratio).mean())), "simulated"))
+                rows.append((f"nlp_map/{model}/{precision}/b{batch}/karma_over_best_mp_geomean", geomean(ratio),
+                             "simulated"))
     return rows
 
 

@@ -61,6 +61,8 @@ def test_an_infinitely_fast_network_costs_nothing(case, data):
     one = simulate(profile, plan, fast, capacity=math.inf)
     many = simulate(profile, plan, fast, capacity=math.inf, gpus=64)
     assert many.time == pytest.approx(one.time, rel=1e-12)
+    # the naive order still waits for the whole backward before the host updates
+    assert simulate(profile, plan, fast, capacity=math.inf, gpus=64, order="naive").time >= one.time
 
 
 @SETTINGS
