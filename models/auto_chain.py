@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import operator
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import fx, nn
@@ -53,6 +55,12 @@ from karma.core.errors import KarmaError
 #: of a transformer of up to 96 layers (a layer has two pieces, attention and MLP), every residual
 #: block of the torchvision CNNs.
 DEFAULT_UNITS = 96
+#: A span that no single-tensor cut splits is cut inside, at boundaries of several tensors, when it holds
+#: more than 1/MIN_UNITS of the forward time or of the saved bytes: otherwise a planner would have fewer
+#: than this many units to choose among there. Residual blocks of the torchvision CNNs and the layers
+#: of a transformer stay whole; a U-Net between its first and last stage, an encoder-decoder or a long
+#: residual (one span holding nearly all of the model) are cut.
+MIN_UNITS = 4
 #: Roofline of the balancing cost (a V100's FP32 rate and memory bandwidth, plus a launch).
 _FLOPS, _BW, _LAUNCH = 15e12, 900e9, 5e-6
 #: Nodes dropped from traced graphs: export's dtype/device assertions (they would fail under autocast).
@@ -181,8 +189,56 @@ def _clean(gm: fx.GraphModule) -> None:
     gm.graph.lint()
 
 
-def find_pieces(gm: fx.GraphModule, model_name: str) -> tuple[list[list[fx.Node]], list[fx.Node], fx.Node]:
-    """(data nodes of each piece, the node each piece hands on, the graph's input node)."""
+def _is_constant(value) -> bool:
+    """A plain value fixed by the static shapes (a size, a dtype, a tuple of them): every unit that
+    reads it takes the value itself, so it never has to cross a cut."""
+    if isinstance(value, (tuple, list)):
+        return all(_is_constant(v) for v in value)
+    return isinstance(value, (bool, int, float, str, torch.dtype, torch.device, torch.Size, slice))
+
+
+def _constants(gm: fx.GraphModule) -> dict[fx.Node, object]:
+    """Nodes whose value is a constant (`_is_constant`) and that write nothing: `x.shape[-2:]` in a
+    segmentation head depends on the input's shape only, which the trace fixed."""
+    out = {}
+    for n in gm.graph.nodes:
+        if n.op in ("call_function", "call_method") and n.target is not operator.setitem and \
+                _is_constant(n.meta.get("val")):
+            out[n] = n.meta["val"]
+    return out
+
+
+@dataclass(frozen=True)
+class Cuts:
+    """The graph's data nodes in order and where a unit may end.
+
+    `live[p]`: the data nodes the rest of the graph reads after `order[p]` runs (in graph order): a
+    unit that ends at position p hands them on, its boundary. `valid[p]`: that boundary is tensors no
+    later operation writes into. `width[p]`: its bytes, each storage once."""
+
+    order: list[fx.Node]
+    live: list[tuple[fx.Node, ...]]
+    valid: list[bool]
+    width: list[int]
+    final: int
+    #: data nodes after the output in graph order (dead branches with side effects): the last unit runs them
+    rest: list[fx.Node]
+
+    def single(self, p: int) -> bool:
+        """The boundary at p is the one tensor order[p] made (a cut of a chain in the plain sense)."""
+        return self.valid[p] and self.live[p] == (self.order[p],)
+
+
+def _storage_bytes(nodes) -> int:
+    sizes = {}
+    for n in nodes:
+        t = n.meta["val"]
+        sizes[t.untyped_storage()._cdata] = t.untyped_storage().nbytes()
+    return sum(sizes.values())
+
+
+def find_cuts(gm: fx.GraphModule, model_name: str, constants: dict[fx.Node, object]) -> Cuts:
+    """Every point in graph order and what would cross a cut there (`Cuts`)."""
     nodes = list(gm.graph.nodes)
     inputs = [n for n in nodes if n.op == "placeholder"]
     if len(inputs) != 1:
@@ -196,50 +252,111 @@ def find_pieces(gm: fx.GraphModule, model_name: str) -> tuple[list[list[fx.Node]
     index = {n: i for i, n in enumerate(nodes)}
     data = set(inputs)
     for n in nodes:
-        if n.op not in ("placeholder", "output") and any(a in data for a in n.all_input_nodes):
+        if n.op not in ("placeholder", "output") and n not in constants and any(a in data for a in n.all_input_nodes):
             data.add(n)
     if final not in data:
         raise KarmaError(f"{model_name}: its output does not depend on its input")
     order = [n for n in nodes if n in data]
-    last_use = {n: max((index[u] for u in n.users), default=index[n]) for n in order}
-    cuts = []
-    reach = -1  # the latest use of any data node before the current one
-    blocker: fx.Node | None = None
-    longest: fx.Node | None = None
+    last_use = {n: max((index[u] for u in n.users if u not in constants), default=index[n]) for n in order}
+    tensor = {n: isinstance(n.meta.get("val"), torch.Tensor) and not _written_in_place(n, gm) for n in order}
+    live, valid, width = [], [], []
+    alive: dict[fx.Node, None] = {}
     for n in order:
+        alive[n] = None
+        for held in [h for h in alive if last_use[h] <= index[n]]:
+            del alive[held]
+        here = tuple(alive)
+        live.append(here)
+        ok = bool(here) and all(tensor[h] for h in here) and n.op != "placeholder" and n is not final
+        valid.append(ok)
+        width.append(_storage_bytes(here) if ok else 0)
         if n is final:
             break
-        if reach <= index[n] and isinstance(n.meta.get("val"), torch.Tensor) and n.op != "placeholder" and \
-                not _written_in_place(n, gm):
-            cuts.append(n)
-        if last_use[n] > reach:
-            reach, blocker = last_use[n], n
-        if longest is None or last_use[n] - index[n] > last_use[longest] - index[longest]:
-            longest = n
-    if not cuts:
-        held = longest or blocker
-        what = "its input" if held is None or held.op == "placeholder" else f"'{held.name}' (from {_where(held)})"
-        user = max(held.users, key=index.get, default=None) if held is not None else None
-        at = f" by '{user.name}'" if user is not None else ""
-        raise KarmaError(f"{model_name} cannot be a chain: no point in its graph where a single tensor carries "
-                         f"everything forward ({what} is read again{at}, near its end)")
-    pieces: list[list[fx.Node]] = [[]]
-    ends: list[fx.Node] = []
-    for n in order[1:]:
-        if n.op == "output":
-            continue
-        pieces[-1].append(n)
-        if n in cuts:
-            ends.append(n)
-            pieces.append([])
-    ends.append(final)
-    if not pieces[-1]:  # the output node itself was a cut (cannot happen: loop breaks at final)
-        pieces.pop()
-        ends.pop()
-    rest = [n for n in order[1:] if n.op != "output" and index[n] > index[final]]
-    if rest:  # data nodes after the output (dead branches with side effects): run them with the last unit
-        pieces[-1].extend(rest)
-    return pieces, ends, inputs[0]
+    rest = [n for n in order[len(live):] if n.op != "output"]
+    return Cuts(order[:len(live)], live, valid, width, len(live) - 1, rest)
+
+
+def refuse(cuts: Cuts, model_name: str) -> KarmaError:
+    """The one-line refusal of a graph with no point where tensors alone carry everything forward: it
+    names what crosses the most would-be cuts and is no tensor, or is written into later."""
+    counts: dict[fx.Node, int] = {}
+    for p in range(1, cuts.final):
+        for h in cuts.live[p]:
+            if not isinstance(h.meta.get("val"), torch.Tensor) or not cuts.valid[p]:
+                counts[h] = counts.get(h, 0) + (not isinstance(h.meta.get("val"), torch.Tensor))
+    blocking = [h for h, c in counts.items() if c]
+    if not blocking:
+        return KarmaError(f"{model_name} cannot be cut into units: its graph has no point between two operations "
+                          f"where only tensors that no later operation writes into carry everything forward")
+    held = max(blocking, key=counts.get)
+    kind = type(held.meta.get("val")).__name__
+    return KarmaError(f"{model_name} cannot be cut into units: '{held.name}' (from {_where(held)}, a {kind}, not a "
+                      f"tensor) is read across {counts[held]} of its {cuts.final - 1} would-be cuts")
+
+
+def _combined(cuts: Cuts) -> list[float]:
+    """Per data node, its share of the forward time plus its share of the saved bytes (the merge's
+    two measures, `_measures`), the weight by which pieces are balanced."""
+    shares = []
+    for key in ("cost", "saved"):
+        values = [float(n.meta.get(key, 0)) for n in cuts.order]
+        total = sum(values)
+        if total > 0:
+            shares.append([v / total for v in values])
+    return [sum(v) for v in zip(*shares, strict=True)] if shares else [1.0] * len(cuts.order)
+
+
+def _narrow_cuts(cuts: Cuts, weights: list[float], lo: int, hi: int, parts: int) -> list[int]:
+    """Up to `parts - 1` positions in (lo, hi) splitting that span into about equal shares of
+    `weights`: each the narrowest valid cut (fewest boundary bytes) within half a share of its ideal
+    place, the nearest to it among equals. A skip crossing the span is in every candidate's
+    boundary, so the choice turns on what else crosses: between two layers of a U-Net's stage
+    little, inside one of them its intermediate tensors too."""
+    prefix = list(itertools.accumulate(weights[lo + 1:hi + 1], initial=0.0))
+    total = prefix[-1]
+    if parts < 2 or total <= 0:
+        return []
+    share = total / parts
+    chosen = []
+    for j in range(1, parts):
+        ideal = share * j
+        window = [p for p in range(lo + 1, hi) if cuts.valid[p] and abs(prefix[p - lo] - ideal) <= share / 2
+                  and (not chosen or p > chosen[-1])]
+        if window:
+            chosen.append(min(window, key=lambda p: (cuts.width[p], abs(prefix[p - lo] - ideal))))
+    return chosen
+
+
+def find_pieces(gm: fx.GraphModule, model_name: str, units: int,
+                constants: dict[fx.Node, object]) -> tuple[list[list[fx.Node]], list[tuple[fx.Node, ...]], fx.Node]:
+    """(data nodes of each piece, the nodes each piece hands on, the graph's input node).
+
+    Pieces end first where one tensor carries everything forward (`Cuts.single`). A span no such cut
+    splits that holds more than `1 / MIN_UNITS` of the forward time or of the saved bytes (a U-Net
+    between its first and last stage, an encoder-decoder, a long residual) is split further, into
+    pieces of about a unit's share (`1 / units`), at the narrowest cuts near each share's end
+    (`_narrow_cuts`): their boundaries carry the skips across them."""
+    cuts = find_cuts(gm, model_name, constants)
+    ends = [p for p in range(cuts.final) if cuts.single(p)]
+    weights = _combined(cuts)
+    measures = [[float(n.meta.get(key, 0)) for n in cuts.order] for key in ("cost", "saved")]
+    totals = [sum(m) for m in measures]
+    refined = []
+    for lo, hi in zip([0, *ends], [*ends, cuts.final], strict=True):
+        share = max((sum(m[lo + 1:hi + 1]) / t for m, t in zip(measures, totals, strict=True) if t > 0),
+                    default=0.0)
+        if share > 1 / MIN_UNITS:
+            refined += _narrow_cuts(cuts, weights, lo, hi, math.ceil(share * units))
+    ends = sorted(set(ends) | set(refined))
+    if not ends:
+        raise refuse(cuts, model_name)
+    pieces, bounds, lo = [], [], 0
+    for p in [*ends, cuts.final]:
+        pieces.append(cuts.order[lo + 1:p + 1])
+        bounds.append(cuts.live[p] if p != cuts.final else (cuts.order[cuts.final],))
+        lo = p
+    pieces[-1].extend(cuts.rest)
+    return pieces, bounds, cuts.order[0]
 
 
 _IN_PLACE_OPS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.iand, operator.ior}
@@ -297,9 +414,9 @@ def _fold_free(pieces, ends):
     """Pieces that run no kernel (views, aliases, a cast to the same type) join the next piece: a
     unit whose output is a view of its input would hand the same storage on twice."""
     out_pieces, out_ends, carry = [], [], []
-    for piece, end in zip(pieces, ends, strict=True):
+    for k, (piece, end) in enumerate(zip(pieces, ends, strict=True)):
         carry = carry + piece
-        if sum(n.meta.get("cost", 0.0) for n in piece) > 0 or end is ends[-1]:
+        if sum(n.meta.get("cost", 0.0) for n in piece) > 0 or k == len(pieces) - 1:
             out_pieces.append(carry)
             out_ends.append(end)
             carry = []
@@ -376,23 +493,77 @@ def _share(weights: Sequence[float], groups: int) -> float:
     return rest / n
 
 
-def _build_unit(root: nn.Module, nodes: list[fx.Node], inp: fx.Node, out: fx.Node) -> AutoUnit:
+def _build_unit(root: nn.Module, nodes: list[fx.Node], inputs: tuple[fx.Node, ...], outputs: tuple[fx.Node, ...],
+                constants: dict[fx.Node, object], everywhere: set[fx.Node]) -> AutoUnit:
+    """The unit running `nodes`: it takes the boundary `inputs` (one tensor, or a tuple of them in
+    graph order, models/boundary.py) and returns `outputs` the same way; a tensor of both (a skip
+    riding along) is handed on as it came. A constant (`_constants`) is computed where the tensor
+    it reads is at hand, and written in as its value where it is not. `everywhere`: the graph's data
+    nodes (those of other units are not at hand here)."""
     graph = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {inp: graph.placeholder("x")}
+    x = graph.placeholder("x")
+    env: dict[fx.Node, fx.Node] = {inputs[0]: x} if len(inputs) == 1 else \
+        {n: graph.call_function(operator.getitem, (x, k)) for k, n in enumerate(inputs)}
+    data = set(nodes)
+    at_hand: dict[fx.Node, bool] = {}
+
+    def computable(n: fx.Node) -> bool:
+        if n in env or n in data:
+            return True
+        if n in everywhere:
+            return False
+        if n not in at_hand:  # free nodes (parameters, masks from static shapes) are recomputed here
+            at_hand[n] = n.op not in ("placeholder", "output") and all(computable(a) for a in n.all_input_nodes)
+        return at_hand[n]
+
+    def arg(a: fx.Node):
+        return constants[a] if a in constants and not computable(a) else copy(a)
 
     def copy(n: fx.Node) -> fx.Node:
         if n not in env:
-            for a in n.all_input_nodes:  # free nodes (parameters, shapes' constants) are recomputed here
-                copy(a)
-            env[n] = graph.node_copy(n, lambda a: env[a])
+            env[n] = graph.node_copy(n, arg)
         return env[n]
 
     for n in nodes:
         copy(n)
-    graph.output(env[out])
+    graph.output(env[outputs[0]] if len(outputs) == 1 else tuple(env[n] for n in outputs))
     unit = AutoUnit(root, graph)
     unit.signature = _signature(unit)
     return unit
+
+
+def _weight_tensors_shared(gm: fx.GraphModule, members: list[list[fx.Node]], data: set[fx.Node],
+                           constants: dict[fx.Node, object]) -> dict[fx.Node, tuple[int, int]]:
+    """Tensors computed from weights alone that several units read (T5's relative position bias,
+    computed once and added in every layer), with the first and last unit reading each. They are
+    computed once, by the first, and handed on in the boundaries to the last, as the original
+    computes them: recomputed in each unit, their weights' gradient would be summed per unit, not
+    once, and training would no longer equal the original's bit for bit."""
+    weighty: dict[fx.Node, bool] = {}
+
+    def from_weights(n: fx.Node) -> bool:
+        if n not in weighty:
+            if n.op == "get_attr":
+                weighty[n] = isinstance(_get_attr(gm, n.target), nn.Parameter)
+            else:
+                weighty[n] = n not in data and n not in constants and n.op != "placeholder" and \
+                    any(from_weights(a) for a in n.all_input_nodes)
+        return weighty[n]
+
+    readers: dict[fx.Node, set[int]] = {}
+    for u, nodes in enumerate(members):
+        seen: set[fx.Node] = set()
+        todo = [a for n in nodes for a in n.all_input_nodes]
+        while todo:
+            a = todo.pop()
+            if a in seen or a in data or a in constants or a.op in ("placeholder", "get_attr"):
+                continue
+            seen.add(a)
+            readers.setdefault(a, set()).add(u)
+            todo += a.all_input_nodes
+    shared = {n for n, us in readers.items() if len(us) > 1 and from_weights(n)
+              and isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].is_floating_point()}
+    return {n: (min(readers[n]), max(readers[n])) for n in shared if not any(u in shared for u in n.users)}
 
 
 def _signature(unit: fx.GraphModule) -> str:
@@ -438,7 +609,7 @@ def _name(unit: AutoUnit, nodes: list[fx.Node], taken: set[str]) -> str:
         common = common[1:]  # the wrapper around a transformers model (models.specs.LMLogits)
     base = re.sub(r"\W", "_", "_".join(common)) or nodes[0].name
     name, i = base, 1
-    while name in taken:
+    while name in taken or hasattr(nn.Sequential, name):  # `to`, `train`: a module's own attributes
         i += 1
         name = f"{base}_{i}"
     taken.add(name)
@@ -463,15 +634,24 @@ def auto_units(module: nn.Module, example: torch.Tensor, units: int | None = Non
     gm, how = trace(module, example)
     _clean(gm)
     _propagate(gm, example, loss)
-    pieces, ends, inp = find_pieces(gm, name)
+    target = units if units is not None else DEFAULT_UNITS
+    constants = _constants(gm)
+    pieces, ends, inp = find_pieces(gm, name, target, constants)
+    everywhere = {inp, *(n for piece in pieces for n in piece)}
     pieces, ends = _fold_free(pieces, ends)
-    groups = _merge(_measures(pieces), units if units is not None else DEFAULT_UNITS)
+    groups = _merge(_measures(pieces), target)
+    members = [[n for piece in pieces[a:b] for n in piece] for a, b in groups]
+    carried = _weight_tensors_shared(gm, members, everywhere, constants)
+    index = {n: i for i, n in enumerate(gm.graph.nodes)}
     chain: list[tuple[str, nn.Module]] = []
     taken: set[str] = set()
-    for a, b in groups:
-        nodes = [n for piece in pieces[a:b] for n in piece]
-        start = inp if a == 0 else ends[a - 1]
-        unit = _build_unit(gm, nodes, start, ends[b - 1])
+    for u, ((a, b), nodes) in enumerate(zip(groups, members, strict=True)):
+        start = (inp,) if a == 0 else ends[a - 1]
+        stop = ends[b - 1]
+        ride_in = [n for n, (first, last) in carried.items() if first < u <= last]
+        ride_out = [n for n, (first, last) in carried.items() if first <= u < last]
+        unit = _build_unit(gm, nodes, tuple(sorted({*start, *ride_in}, key=index.get)),
+                           tuple(sorted({*stop, *ride_out}, key=index.get)), constants, everywhere)
         unit.pieces = b - a
         chain.append((_name(unit, nodes, taken), unit))
     return chain, how

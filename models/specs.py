@@ -1,12 +1,15 @@
 """Model specs beside the zoo's names: any torchvision or transformers model, or the user's own.
 
 * ``torchvision:NAME`` - ``torchvision.models.get_model(NAME, weights=None)``, images of
-  ``input`` (default ``3x224x224``), cross-entropy, SGD with momentum;
+  ``input`` (default ``3x224x224``), cross-entropy, SGD with momentum; a segmentation model
+  (FCN, DeepLabV3, LR-ASPP) with per-pixel targets, its auxiliary head on as torchvision's
+  reference recipe trains it (`SegmentationLogits`);
 * ``hf:MODEL_TYPE`` or ``hf:path/to/config.json`` - a transformers model built from
   ``AutoConfig.for_model(MODEL_TYPE, **set)`` (no hub access), sequences of ``seq`` tokens:
   decoder-only models with a causal-LM loss (next token), encoder-only ones with a masked-LM
-  loss (15% of positions), or a sequence-classification loss where there is no LM head; Adam.
-  Encoder-decoder models are refused: their decoder reads the encoder's output in every layer;
+  loss (15% of positions), a sequence-classification loss where there is no LM head, and
+  encoder-decoders (T5, BART) reproducing their input through the decoder (`Seq2SeqLogits`);
+  Adam;
 * ``package.module:function`` - the user's code (the contract, docs/models.md "Your own model"):
   ``function(**set)`` returns ``(module, make_batch, loss)`` or ``(module, make_batch, loss,
   optimizer)``, where ``make_batch(batch, device, seed) -> (inputs, targets)`` (on the meta
@@ -118,27 +121,62 @@ def _on(device, seed: int, build: Callable[[], nn.Module]) -> nn.Module:
 def _torchvision(name: str, options: dict, device, seed: int) -> Source:
     import torchvision
 
-    valid = torchvision.models.list_models(module=torchvision.models)
-    if name not in valid:
-        near = difflib.get_close_matches(name, valid, n=3)
-        raise KarmaError(f"unknown torchvision classification model {name!r}"
+    classifiers = torchvision.models.list_models(module=torchvision.models)
+    segmenters = torchvision.models.list_models(module=torchvision.models.segmentation)
+    if name not in classifiers + segmenters:
+        near = difflib.get_close_matches(name, classifiers + segmenters, n=3)
+        raise KarmaError(f"unknown torchvision classification or segmentation model {name!r}"
                          f"{'; did you mean ' + ', '.join(near) if near else ''} (torchvision.models.list_models())")
     kwargs = dict(options.get("set") or {})
     if name in ("googlenet", "inception_v3"):  # their auxiliary heads read the middle of the network
         kwargs.setdefault("aux_logits", False)
         kwargs.setdefault("init_weights", False)
+    segmentation = name in segmenters
+    if segmentation:
+        kwargs.setdefault("weights_backbone", None)
+        if not name.startswith("lraspp"):  # torchvision's reference recipe trains FCN and DeepLabV3 with it
+            kwargs.setdefault("aux_loss", True)
     shape = parse_input(options.get("input"))
     try:
         module = _on(device, seed, lambda: torchvision.models.get_model(name, weights=None, **kwargs))
     except TypeError as err:
         raise KarmaError(f"torchvision:{name}: {err}") from None
-    classes = int(kwargs.get("num_classes", 1000))
+    classes = int(kwargs.get("num_classes", 21 if segmentation else 1000))
 
     def make_batch(batch, dev, s):
-        return random_images(shape, classes, batch, dev, s)
+        images, labels = random_images(shape, classes, batch, dev, s)
+        if not segmentation:
+            return images, labels
+        if dev.type == "meta":
+            return images, torch.empty((batch, *shape[1:]), dtype=torch.long, device=dev)
+        gen = torch.Generator().manual_seed(s + 1)
+        return images, torch.randint(0, classes, (batch, *shape[1:]), generator=gen).to(dev)
 
-    return Source(module, make_batch, F.cross_entropy, "sgd",
-                  {"input": "x".join(map(str, shape)), "set": kwargs})
+    config = {"input": "x".join(map(str, shape)), "set": kwargs}
+    if segmentation:
+        return Source(SegmentationLogits(module), make_batch, segmentation_loss, "sgd", config)
+    return Source(module, make_batch, F.cross_entropy, "sgd", config)
+
+
+class SegmentationLogits(nn.Module):
+    """A torchvision segmentation model as one tensor out: its per-pixel logits, stacked with the
+    auxiliary head's (which reads the backbone's third stage) where the model has one."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images):
+        out = self.model(images)
+        return torch.stack([out["out"], out["aux"]]) if "aux" in out else out["out"]
+
+
+def segmentation_loss(logits, targets):
+    """Per-pixel cross-entropy, plus half the auxiliary head's (torchvision's segmentation reference,
+    references/segmentation/train.py `criterion`)."""
+    if logits.dim() == targets.dim() + 2:
+        return F.cross_entropy(logits[0], targets) + 0.5 * F.cross_entropy(logits[1], targets)
+    return F.cross_entropy(logits, targets)
 
 
 class LMLogits(nn.Module):
@@ -153,6 +191,20 @@ class LMLogits(nn.Module):
         if self.causal:
             return self.model(input_ids=ids, use_cache=False).logits
         return self.model(input_ids=ids).logits
+
+
+class Seq2SeqLogits(nn.Module):
+    """A transformers encoder-decoder as one tensor in (token ids), one out (the decoder's logits):
+    the decoder reads the ids shifted right by one (its start token first) and is trained to
+    reproduce them, a denoising objective without the noise (timing does not depend on the data)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        decoder_ids = self.model.prepare_decoder_input_ids_from_labels(labels=ids)
+        return self.model(input_ids=ids, decoder_input_ids=decoder_ids, use_cache=False).logits
 
 
 def hf_config(what: str, sets: dict):
@@ -177,13 +229,15 @@ def hf_config(what: str, sets: dict):
 
 
 def hf_task(config) -> str:
-    """'causal', 'masked' or 'classification', or a one-line refusal."""
+    """'seq2seq', 'causal', 'masked' or 'classification', or a one-line refusal."""
     from transformers.models.auto import modeling_auto as auto
 
     kind = config.model_type
     if getattr(config, "is_encoder_decoder", False):
-        raise KarmaError(f"hf:{kind} is an encoder-decoder model and cannot be a chain: its decoder reads the "
-                         f"encoder's output in every layer, so no single tensor carries everything forward")
+        if kind in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+            return "seq2seq"
+        raise KarmaError(f"hf:{kind} is an encoder-decoder model without a sequence-to-sequence LM head in "
+                         f"transformers")
     if kind in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES:
         return "masked"
     if kind in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
@@ -198,14 +252,21 @@ def lm_loss(logits, targets):
 
 
 def _hf(what: str, options: dict, device, seed: int) -> Source:
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        AutoModelForSeq2SeqLM,
+        AutoModelForSequenceClassification,
+    )
     from transformers.utils import logging
 
     logging.set_verbosity_error()
     sets = dict(options.get("set") or {})
     config = hf_config(what, sets)
     task = hf_task(config)
-    auto = {"causal": AutoModelForCausalLM, "masked": AutoModelForMaskedLM,
+    if task == "seq2seq" and getattr(config, "decoder_start_token_id", None) is None:
+        config.decoder_start_token_id = config.pad_token_id or 0  # T5's published configs: the pad id, 0
+    auto = {"causal": AutoModelForCausalLM, "masked": AutoModelForMaskedLM, "seq2seq": AutoModelForSeq2SeqLM,
             "classification": AutoModelForSequenceClassification}[task]
     positions = next((getattr(config, k) for k in ("max_position_embeddings", "n_positions", "n_ctx")
                       if isinstance(getattr(config, k, None), int)), MAX_DEFAULT_SEQ)
@@ -215,7 +276,9 @@ def _hf(what: str, options: dict, device, seed: int) -> Source:
                          f"(--set max_position_embeddings=... or n_positions=...)")
     vocab = int(config.vocab_size)
     labels = int(getattr(config, "num_labels", 2))
-    module = _on(device, seed, lambda: LMLogits(auto.from_config(config), task == "causal"))
+    wrap = (lambda model: Seq2SeqLogits(model)) if task == "seq2seq" else \
+        (lambda model: LMLogits(model, task == "causal"))
+    module = _on(device, seed, lambda: wrap(auto.from_config(config)))
 
     def make_batch(batch, dev, s):
         if dev.type == "meta":
@@ -225,6 +288,8 @@ def _hf(what: str, options: dict, device, seed: int) -> Source:
             return ids, target
         gen = torch.Generator().manual_seed(s)
         ids = torch.randint(0, vocab, (batch, seq + 1), generator=gen)
+        if task == "seq2seq":
+            return ids[:, 1:].contiguous().to(dev), ids[:, 1:].contiguous().to(dev)
         if task == "causal":
             return ids[:, :-1].contiguous().to(dev), ids[:, 1:].contiguous().to(dev)
         inputs = ids[:, :-1].contiguous()

@@ -25,8 +25,10 @@ from models.specs import build_pair, parse_set
 from tests.fuzz import examples
 
 IMAGES = {"input": "3x32x32", "set": {"num_classes": 10}}
-#: Six torchvision families (residual, inverted residual, dense blocks: cut only between them,
-#: squeeze-excitation with stochastic depth, fire modules, channel shuffle) and three transformers types.
+#: Six torchvision families (residual, inverted residual, dense blocks, squeeze-excitation with
+#: stochastic depth, fire modules, channel shuffle), three transformers types, and graphs whose
+#: boundaries carry several tensors (models/auto_chain.py): two encoder-decoders, a U-Net, a
+#: segmentation model whose auxiliary head reads the backbone's third stage, a long residual.
 SPECS = {
     "torchvision:resnet18": {**IMAGES, "units": 5},  # merged: more pieces than units
     "torchvision:mobilenet_v2": IMAGES,
@@ -44,6 +46,16 @@ SPECS = {
                          # with dropout 0 a real CPU runs sdpa's fused kernel, which saves less than the math
                          # path the meta device counts (docs/machine.md): 9% over the runtime's peak
                          "attention_dropout": 0.1}, "seq": 16},
+    # an embedding tied to the head as well is read by three units: see TIED_THRICE
+    "hf:t5": {"set": {"d_model": 32, "d_ff": 64, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 2, "d_kv": 16,
+                      "vocab_size": 96}, "seq": 16},
+    "hf:bart": {"set": {"d_model": 32, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "encoder_layers": 2,
+                        "decoder_layers": 2, "encoder_attention_heads": 2, "decoder_attention_heads": 2,
+                        "vocab_size": 96, "max_position_embeddings": 32},
+                "seq": 16, "units": 24},
+    "examples.unet:unet": {"set": {"width": 16, "resolution": 16, "mults": [1, 2], "blocks": 1}, "units": 30},
+    "torchvision:fcn_resnet50": {"input": "3x32x32", "set": {"num_classes": 5}},
+    "examples.own_model:long_skip": {},
 }
 BATCH = 2
 SETTINGS = settings(max_examples=examples(1), deadline=None, suppress_health_check=list(HealthCheck), database=None,
