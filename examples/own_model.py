@@ -5,8 +5,9 @@ The contract of a `package.module:function` spec (models/specs.py): the function
 `(module, make_batch, loss, optimizer)`:
 
 * `module` maps one tensor to one tensor; KARMA builds it inside `torch.device(...)` (the meta
-  device for an analytic profile) after `torch.manual_seed(seed)`, traces it and cuts it where
-  one tensor carries everything forward;
+  device for an analytic profile) after `torch.manual_seed(seed)`, traces it and cuts it into
+  units (models/auto_chain.py), where one tensor carries everything forward or, inside a long
+  skip, where the fewest bytes do;
 * `make_batch(batch, device, seed) -> (inputs, targets)`; on the meta device only the shapes
   matter (`torch.empty`);
 * `loss(outputs, targets)` is a scalar; `optimizer` is "sgd" (SGD with momentum, the default)
@@ -47,8 +48,8 @@ def mlp(width: int = 1024, depth: int = 24, features: int = 256, classes: int = 
 
 
 class LongSkip(nn.Module):
-    """An encoder-decoder in miniature: the output reads the input of the first layer again, so no
-    single tensor carries everything forward (KARMA refuses it in one line)."""
+    """An encoder-decoder in miniature: the output reads the input of the first layer again, so every
+    boundary between its layers carries the input beside the running activation."""
 
     def __init__(self, width: int):
         super().__init__()

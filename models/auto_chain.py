@@ -1,4 +1,4 @@
-"""Any module as a chain: trace it, cut it where one tensor carries everything forward.
+"""Any module as a chain: trace it, cut it where the fewest bytes carry everything forward.
 
 KARMA plans over a chain of units (models/chain.py). The zoo splits its models
 by hand; this module does it for any traceable model, as rotor (Beaumont et
@@ -9,17 +9,23 @@ al. 2019) and Checkmate (Jain et al. 2020) linearise graphs:
    or `torch.export` (ATen-level graph, non-strict) where fx fails, as for
    transformers' models (data-dependent Python in their forward). Nothing is
    allocated on the meta device, so a 7B decoder traces in seconds.
-2. **Cut vertices.** A node depends on the data if the model input reaches it;
+2. **Boundaries.** A node depends on the data if the model input reaches it;
    everything else (parameters, buffers, masks and positions computed from
-   static shapes) is *free*: a unit that needs it recomputes it. In graph
-   order, a data node v is a cut when no data node before v is used after v:
-   then v's output, one tensor, is all the rest of the model reads.
-3. **Units.** The nodes between two cuts become one `AutoUnit` (an fx
+   static shapes) is *free*: a unit that needs it recomputes it, and a plain
+   value fixed by the static shapes (`x.shape`) is a constant. At each point in
+   graph order the boundary is the data nodes read after it (`find_cuts`).
+3. **Cuts.** Pieces end where the boundary is one tensor. A span between two
+   such cuts that holds more than 1/MIN_UNITS of the forward time or saved
+   bytes (a U-Net, an encoder-decoder, a long residual) is cut inside too, at
+   the narrowest boundaries near equal shares (`_narrow_cuts`); its skips ride
+   along in every boundary they cross until their last reader.
+4. **Units.** The nodes between two cuts become one `AutoUnit` (an fx
    GraphModule) whose attributes are the original's modules, parameters and
    buffers themselves, so training the chain trains the original; a weight
    used on both sides of a cut (a tied embedding and head) is one Parameter
-   in two units, as the zoo's GPT does.
-4. **Merging.** Beyond `units=N` pieces (`DEFAULT_UNITS` by default),
+   in two units, as the zoo's GPT does, and a tensor computed from weights
+   alone that several units read is computed once and handed on.
+5. **Merging.** Beyond `units=N` pieces (`DEFAULT_UNITS` by default),
    neighbours are merged into N units balanced over the whole chain: the
    largest unit is as small as any contiguous grouping allows, and the rest
    take equal shares. A unit's load is the larger of its share of the forward
@@ -27,9 +33,8 @@ al. 2019) and Checkmate (Jain et al. 2020) linearise graphs:
    and its share of the bytes saved for backward, so no unit holds a large
    part of either.
 
-A model without a cut (an encoder-decoder whose decoder reads the encoder's
-output in every layer, a U-Net's long skips) is refused with a one-line
-`KarmaError` naming the tensor that crosses every would-be cut.
+A graph where something other than tensors (a tuple, a list) crosses every
+point is refused with a one-line `KarmaError` naming it.
 """
 
 from __future__ import annotations
@@ -258,7 +263,9 @@ def find_cuts(gm: fx.GraphModule, model_name: str, constants: dict[fx.Node, obje
         raise KarmaError(f"{model_name}: its output does not depend on its input")
     order = [n for n in nodes if n in data]
     last_use = {n: max((index[u] for u in n.users if u not in constants), default=index[n]) for n in order}
+    # a view cannot cross a boundary: the next unit's copy of it would no longer share its base's storage
     tensor = {n: isinstance(n.meta.get("val"), torch.Tensor) and not _written_in_place(n, gm) for n in order}
+    owner = {n: tensor[n] and n.meta["val"]._base is None for n in order}
     live, valid, width = [], [], []
     alive: dict[fx.Node, None] = {}
     for n in order:
@@ -267,7 +274,8 @@ def find_cuts(gm: fx.GraphModule, model_name: str, constants: dict[fx.Node, obje
             del alive[held]
         here = tuple(alive)
         live.append(here)
-        ok = bool(here) and all(tensor[h] for h in here) and n.op != "placeholder" and n is not final
+        ok = bool(here) and all(tensor[h] for h in here) and n.op != "placeholder" and n is not final and \
+            (len(here) == 1 or all(owner[h] for h in here))
         valid.append(ok)
         width.append(_storage_bytes(here) if ok else 0)
         if n is final:

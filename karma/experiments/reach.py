@@ -159,6 +159,13 @@ def zoo_batches(model: str, hw: Hardware, granularity: str = "block", precision:
     return Batches(lambda batch: analytic_profile(replace(chain, batch=batch), hw))
 
 
+def spec_batches(model_spec: str, options: dict, hw: Hardware, precision: str = "fp32") -> Batches:
+    """Batches of a model spec (models/specs.py): traced and cut anew at each batch on the meta device,
+    since a traced graph's shapes are the batch's."""
+    return Batches(lambda batch: analytic_profile(build(model_spec, batch=batch, device="meta", overrides=options,
+                                                        precision=precision), hw))
+
+
 def attempt(strategy: str, profile: Profile, hw: Hardware, capacity: float, work: float = SEARCH_WORK) -> Plan | None:
     """The strategy's plan for `profile`, fitting or not (a baseline that cannot fit returns its most
     frugal one); None when it has none. KARMA's planner runs at `work` and has none when nothing fits."""
@@ -338,11 +345,12 @@ def model_reach(model: str, batches: Batches, hw: Hardware, strategies: list[str
 def reach_table(models: list[str], hw: Hardware, strategies: list[str], *, granularities: Iterable[str] = ("block",),
                 multiples: Iterable[int] = MULTIPLES, limit_factor: int = LIMIT_FACTOR, work: float = SEARCH_WORK,
                 precision: str = "fp32", confirm: bool = True, log: Callable[[str], None] = print,
-                layer_models: Iterable[str] | None = None) -> pd.DataFrame:
+                layer_models: Iterable[str] | None = None, own_models: Iterable[dict] = ()) -> pd.DataFrame:
     """Rows per (granularity, model, strategy) for zoo models at paper size (a model without units
     at a granularity is skipped, and the log says so); the search starts from the paper batch.
     `layer_models`: the models searched at layer granularity (default all of `models`): a layer
-    chain is ten times longer, and its planning as many times slower."""
+    chain is ten times longer, and its planning as many times slower. `own_models`: model specs
+    (`name`, `spec`, `batch` where the search starts, `options`), cut automatically (block rows)."""
     rows = []
     for granularity in granularities:
         chosen = models if granularity != "layer" or layer_models is None else \
@@ -356,4 +364,8 @@ def reach_table(models: list[str], hw: Hardware, strategies: list[str], *, granu
             rows += model_reach(model, batches, hw, strategies, granularity=granularity, multiples=multiples,
                                 limit_factor=limit_factor, work=work, first_guess=spec(model).batch["paper"],
                                 confirm=confirm, log=log)
+    for own in own_models:
+        batches = spec_batches(own["spec"], dict(own.get("options") or {}), hw, precision)
+        rows += model_reach(own["name"], batches, hw, strategies, multiples=multiples, limit_factor=limit_factor,
+                            work=work, first_guess=int(own.get("batch", 1)), confirm=confirm, log=log)
     return pd.DataFrame(rows)

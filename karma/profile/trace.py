@@ -89,7 +89,7 @@ class OpRecorder(TorchDispatchMode):
     peak: int = 0
     base: Callable[[], int] | None = None
     fusing: bool = False  # inside a fused kernel (FusedDropout): its parts are not recorded one by one
-    decomposing: bool = False  # inside an operator run by its parts: their costs count, their memory does not
+    decomposing: int = 0  # inside an operator run by its parts: their costs count, their memory does not
 
     def __post_init__(self):
         super().__init__()
@@ -112,22 +112,23 @@ class OpRecorder(TorchDispatchMode):
         if func in SIZE_QUERIES:
             return func(*args, **kwargs)
         packet = func._overloadpacket
-        if packet not in flop_registry and not self.decomposing:
+        if packet not in flop_registry:
             # costed by its parts (their FLOPs and bytes), but on a device it is one kernel (silu_backward,
             # the norms' backwards): the parts' intermediates are never allocated, only its outputs are
-            self.decomposing = True
+            self.decomposing += 1
             try:
                 with self:
                     decomposed = func.decompose(*args, **kwargs)
             finally:
-                self.decomposing = False
-            if decomposed is not NotImplemented:
+                self.decomposing -= 1
+            if decomposed is not NotImplemented and not self.decomposing:
                 self._lifetimes.settle()
                 given = {storage_key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
                 defer = accumulates_gradients(func, args, kwargs)
                 for t in tree_flatten(decomposed)[0]:
                     if isinstance(t, torch.Tensor) and storage_key(t) not in given:
                         self._lifetimes.track(t, new_storage=not func.is_view, defer=defer)
+            if decomposed is not NotImplemented:
                 return decomposed
         out = func(*args, **kwargs)
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]

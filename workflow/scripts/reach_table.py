@@ -26,7 +26,7 @@ with logged(sm):
     table = reach_table(list(cfg["models"]), hw, list(sm.params.strategies), granularities=cfg["granularity"],
                         multiples=cfg["multiples"], limit_factor=cfg["limit_factor"], work=cfg["karma_work"],
                         precision=sm.params.precision, confirm=cfg["karma_confirm"], log=print,
-                        layer_models=cfg.get("layer_models"))
+                        layer_models=cfg.get("layer_models"), own_models=cfg.get("own_models", []))
     theirs = published()
     table.to_csv(sm.output.csv, index=False)
     text = markdown(table, theirs, hw, cfg["limit_factor"], cfg["karma_work"])
