@@ -159,11 +159,15 @@ def zoo_batches(model: str, hw: Hardware, granularity: str = "block", precision:
     return Batches(lambda batch: analytic_profile(replace(chain, batch=batch), hw))
 
 
-def spec_batches(model_spec: str, options: dict, hw: Hardware, precision: str = "fp32") -> Batches:
-    """Batches of a model spec (models/specs.py): traced and cut anew at each batch on the meta device,
-    since a traced graph's shapes are the batch's."""
-    return Batches(lambda batch: analytic_profile(build(model_spec, batch=batch, device="meta", overrides=options,
-                                                        precision=precision), hw))
+def spec_batches(model_spec: str, options: dict, hw: Hardware, precision: str = "fp32", batch: int = 1) -> Batches:
+    """Batches of a model spec (models/specs.py), cut once at `batch` on the meta device and profiled at
+    each batch, so that every batch has the same units (a plan of one batch is a plan of another, as the
+    search needs). Only a graph torch.fx traced: torch.export fixes the batch in the graph's shapes."""
+    chain = build(model_spec, batch=batch, device="meta", overrides=options, precision=precision)
+    if chain.config.get("traced") != "torch.fx":
+        raise KarmaError(f"{model_spec}: the reach search needs a graph torch.fx traces (this one was traced by "
+                         f"{chain.config.get('traced')}, whose shapes are its batch's)")
+    return Batches(lambda b: analytic_profile(replace(chain, batch=b), hw))
 
 
 def attempt(strategy: str, profile: Profile, hw: Hardware, capacity: float, work: float = SEARCH_WORK) -> Plan | None:
@@ -365,7 +369,7 @@ def reach_table(models: list[str], hw: Hardware, strategies: list[str], *, granu
                                 limit_factor=limit_factor, work=work, first_guess=spec(model).batch["paper"],
                                 confirm=confirm, log=log)
     for own in own_models:
-        batches = spec_batches(own["spec"], dict(own.get("options") or {}), hw, precision)
+        batches = spec_batches(own["spec"], dict(own.get("options") or {}), hw, precision, int(own.get("batch", 1)))
         rows += model_reach(own["name"], batches, hw, strategies, multiples=multiples, limit_factor=limit_factor,
                             work=work, first_guess=int(own.get("batch", 1)), confirm=confirm, log=log)
     return pd.DataFrame(rows)

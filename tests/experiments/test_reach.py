@@ -10,8 +10,19 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from karma.core.errors import KarmaError
 from karma.core.hardware import load
-from karma.experiments.reach import Batches, fits, largest_batch, lerp, model_reach, search, zoo_batches
+from karma.experiments.reach import (
+    Batches,
+    fits,
+    largest_batch,
+    lerp,
+    model_reach,
+    reach_table,
+    search,
+    spec_batches,
+    zoo_batches,
+)
 from karma.report.reach_figure import reach_figure
 from karma.report.reach_report import markdown, published
 from karma.sim.simulate import in_core_peak_bytes
@@ -161,3 +172,24 @@ def test_markdown_says_simulated_and_their_hardware(tmp_path):
     assert "simulated" in text and "their systems on their hardware" in text and "2010.14109" in text
     reach_figure(rows(), published(), hw.name, tmp_path / "reach.png")
     assert (tmp_path / "reach.png").stat().st_size > 10_000
+
+
+def test_a_model_spec_is_searched_with_its_units_cut_once():
+    """A U-Net (models/auto_chain.py cuts it at boundaries of several tensors) keeps its units at every batch,
+    so the search's plans carry from one batch to another; the batch past each reach does not fit."""
+    hw = replace(load("v100-abci"), device_memory=0.4e9)
+    unet = {"name": "tiny-unet", "spec": "examples.unet:unet", "batch": 4,
+            "options": {"set": {"width": 16, "resolution": 32, "mults": [1, 2], "blocks": 1}}}
+    table = reach_table([], hw, ["checkpoint", "karma"], own_models=[unet], limit_factor=8, log=lambda _: None)
+    assert list(table.model.unique()) == ["tiny-unet"] and list(table.strategy) == ["checkpoint", "karma"]
+    batches = spec_batches(unet["spec"], unet["options"], hw, batch=4)
+    assert len({len(batches.exact(b).units) for b in (1, 4, 9)}) == 1
+    for row in table.itertuples():
+        assert row.reach_batch and (row.limit_hit or not fits(row.strategy, batches.exact(row.reach_batch + 1), hw,
+                                                              hw.device_memory, work=1.0))
+
+
+def test_a_spec_whose_graph_fixes_its_batch_is_refused_by_the_reach_search():
+    with pytest.raises(KarmaError, match="torch.fx"):
+        spec_batches("hf:gpt2", {"set": {"n_layer": 1, "n_embd": 16, "n_head": 2, "vocab_size": 32,
+                                         "n_positions": 8}, "seq": 8}, load("v100-abci"))

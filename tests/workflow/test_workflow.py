@@ -47,7 +47,9 @@ def test_a_baseline_file_and_an_extra_model_in_the_config_reach_the_table(tmp_pa
     config.update(paper_models=["resnet50", "megatron-2.5b"], speedup_models=["resnet50"],
                   gantt_model="resnet50", strategies=["vdnn", "keep-half", "karma"])
     config["large_nlp"]["models"] = ["megatron-2.5b"]
-    config["extra_models"] = [{"name": "my-mlp", "spec": "examples.own_model:mlp", "batch": 64}]
+    config["extra_models"] = [{"name": "my-mlp", "spec": "examples.own_model:mlp", "batch": 64},
+                              {"name": "my-unet", "spec": "examples.unet:unet", "batch": 2,  # several-tensor cuts
+                               "options": {"set": {"width": 16, "resolution": 16, "mults": [1, 2], "blocks": 1}}}]
     config["runtime"]["models"], config["runtime"]["reach"]["models"] = [], []  # nothing measured: quick
     (cwd / "config/config.yaml").write_text(yaml.safe_dump(config))
     env = {**__import__("os").environ, "PYTHONPATH": f"{cwd}:{ROOT}"}
@@ -58,6 +60,7 @@ def test_a_baseline_file_and_an_extra_model_in_the_config_reach_the_table(tmp_pa
     assert "keep-half" in set(table.strategy)
     mine = table[table.model == "my-mlp"]
     assert set(mine.strategy) == {"vdnn", "keep-half", "karma"} and (mine.batch == 64).all()
+    assert set(table[table.model == "my-unet"].strategy) == {"vdnn", "keep-half", "karma"}
     summary = pd.read_csv(cwd / "results/tables/speedup_summary.csv")
     assert summary.verdict.str.endswith("model error not measured").all()
 
