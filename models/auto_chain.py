@@ -263,8 +263,9 @@ def find_cuts(gm: fx.GraphModule, model_name: str, constants: dict[fx.Node, obje
         raise KarmaError(f"{model_name}: its output does not depend on its input")
     order = [n for n in nodes if n in data]
     last_use = {n: max((index[u] for u in n.users if u not in constants), default=index[n]) for n in order}
-    # a view cannot cross a boundary: the next unit's copy of it would no longer share its base's storage
     tensor = {n: isinstance(n.meta.get("val"), torch.Tensor) and not _written_in_place(n, gm) for n in order}
+    # no view beside other tensors in a boundary: the next unit's leaf copy of it would no longer share its
+    # base's storage (BERT's attention heads, views of one projection)
     owner = {n: tensor[n] and n.meta["val"]._base is None for n in order}
     live, valid, width = [], [], []
     alive: dict[fx.Node, None] = {}
@@ -290,13 +291,12 @@ def refuse(cuts: Cuts, model_name: str) -> KarmaError:
     counts: dict[fx.Node, int] = {}
     for p in range(1, cuts.final):
         for h in cuts.live[p]:
-            if not isinstance(h.meta.get("val"), torch.Tensor) or not cuts.valid[p]:
-                counts[h] = counts.get(h, 0) + (not isinstance(h.meta.get("val"), torch.Tensor))
-    blocking = [h for h, c in counts.items() if c]
-    if not blocking:
+            if not isinstance(h.meta.get("val"), torch.Tensor):
+                counts[h] = counts.get(h, 0) + 1
+    if not counts:
         return KarmaError(f"{model_name} cannot be cut into units: its graph has no point between two operations "
                           f"where only tensors that no later operation writes into carry everything forward")
-    held = max(blocking, key=counts.get)
+    held = max(counts, key=counts.get)
     kind = type(held.meta.get("val")).__name__
     return KarmaError(f"{model_name} cannot be cut into units: '{held.name}' (from {_where(held)}, a {kind}, not a "
                       f"tensor) is read across {counts[held]} of its {cuts.final - 1} would-be cuts")
@@ -328,8 +328,9 @@ def _narrow_cuts(cuts: Cuts, weights: list[float], lo: int, hi: int, parts: int)
     chosen = []
     for j in range(1, parts):
         ideal = share * j
-        window = [p for p in range(lo + 1, hi) if cuts.valid[p] and abs(prefix[p - lo] - ideal) <= share / 2
-                  and (not chosen or p > chosen[-1])]
+        first = max(lo + bisect.bisect_left(prefix, ideal - share / 2), lo + 1, chosen[-1] + 1 if chosen else 0)
+        last = min(lo + bisect.bisect_right(prefix, ideal + share / 2) - 1, hi - 1)
+        window = [p for p in range(first, last + 1) if cuts.valid[p]]
         if window:
             chosen.append(min(window, key=lambda p: (cuts.width[p], abs(prefix[p - lo] - ideal))))
     return chosen
