@@ -157,7 +157,7 @@ class MetaAutocast(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
+        name = getattr(func, "__name__", "").split(".")[0]  # an ATen overload of an exported graph: `linear.default`
         if self.policy == "megatron" and name == "masked_fill" and len(args) == 3 and args[0].is_floating_point():
             return self.megatron_mask(*args)
         if name in self.LOWER:

@@ -256,3 +256,21 @@ def test_cli_profile_records_the_precision(tmp_path, capsys):
     assert Profile.from_json(out).dtype == "bfloat16"
     assert main(["plan", str(out), "--precision", "fp16", "--out", str(tmp_path / "plan.json")]) == 2
     assert "is bfloat16" in capsys.readouterr().err
+
+
+def test_meta_autocast_casts_an_exported_graphs_aten_operators():
+    """transformers' models are traced by torch.export into ATen overloads (`aten.linear.default`): MetaAutocast
+    matches them by their base name, as torch.autocast does at the dispatcher. T5 in bf16 then profiles on meta
+    (its attention mask and query were of two types before) and saves less than in fp32 (not half: its norms
+    and softmax stay in fp32)."""
+    a, w = torch.empty(4, 8, device="meta"), torch.empty(16, 8, device="meta")
+    with MetaAutocast(torch.bfloat16):
+        assert torch.ops.aten.linear.default(a, w).dtype == torch.bfloat16
+        assert torch.ops.aten.softmax.int(a.bfloat16(), -1).dtype == torch.float32
+    options = {"set": {"d_model": 32, "d_ff": 64, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 2,
+                       "d_kv": 16, "vocab_size": 96}, "seq": 16}
+    hw = load("v100-abci")
+    saved = {precision: sum(u.saved_bytes for u in analytic_profile(
+        build("hf:t5", batch=8, device="meta", precision=precision, overrides=options), hw).units)
+        for precision in ("fp32", "bf16")}
+    assert saved["bf16"] < 0.9 * saved["fp32"], saved
