@@ -160,7 +160,9 @@ def _torchvision(name: str, options: dict, device, seed: int) -> Source:
 
 class SegmentationLogits(nn.Module):
     """A torchvision segmentation model as one tensor out: its per-pixel logits, stacked with the
-    auxiliary head's (which reads the backbone's third stage) where the model has one."""
+    auxiliary head's (which reads the backbone's third stage) where the model has one. The stack is
+    one copy of both logits more than torchvision's recipe holds (a chain's last unit returns one
+    tensor); the logits are small beside the backbone's activations."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
@@ -276,8 +278,9 @@ def _hf(what: str, options: dict, device, seed: int) -> Source:
                          f"(--set max_position_embeddings=... or n_positions=...)")
     vocab = int(config.vocab_size)
     labels = int(getattr(config, "num_labels", 2))
-    wrap = (lambda model: Seq2SeqLogits(model)) if task == "seq2seq" else \
-        (lambda model: LMLogits(model, task == "causal"))
+    def wrap(model: nn.Module) -> nn.Module:
+        return Seq2SeqLogits(model) if task == "seq2seq" else LMLogits(model, task == "causal")
+
     module = _on(device, seed, lambda: wrap(auto.from_config(config)))
 
     def make_batch(batch, dev, s):
