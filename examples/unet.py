@@ -110,6 +110,8 @@ def unet(channels: int = 3, resolution: int = 32, width: int = 128, mults=(1, 2,
     """DDPM's CIFAR-10 model by default (width 128, mults 1,2,2,2: 34.2M parameters here, 35.7M in the paper
     with its attention blocks); its LSUN models: resolution 256, mults 1,1,2,2,4,4."""
     mults = tuple(int(m) for m in mults)
+    if width % 2:
+        raise ValueError(f"width must be even (the timestep embedding's sines and cosines), got {width}")
     if resolution % 2 ** (len(mults) - 1):
         raise ValueError(f"resolution {resolution} must be divisible by {2 ** (len(mults) - 1)} "
                          f"({len(mults)} levels halve it {len(mults) - 1} times)")

@@ -1,4 +1,4 @@
-"""Any module as a chain: trace it, cut it where the fewest bytes carry everything forward.
+"""Any module as a chain: trace it, cut it where one tensor, or else the fewest bytes, carry everything forward.
 
 KARMA plans over a chain of units (models/chain.py). The zoo splits its models
 by hand; this module does it for any traceable model, as rotor (Beaumont et
@@ -33,8 +33,9 @@ al. 2019) and Checkmate (Jain et al. 2020) linearise graphs:
    and its share of the bytes saved for backward, so no unit holds a large
    part of either.
 
-A graph where something other than tensors (a tuple, a list) crosses every
-point is refused with a one-line `KarmaError` naming it.
+A graph with no point where only tensors cross (a tuple or a list read across
+every point, or only views beside other tensors) is refused with a one-line
+`KarmaError` naming what crosses.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ class AutoUnit(fx.GraphModule):
     signature: str = ""
     #: how many pieces (spans between two cuts) it merges: a unit of one piece cannot be split further
     pieces: int = 1
+    #: it has a shape value written in (`_build_unit`): it runs at the traced batch only
+    fixed_shapes: bool = False
 
     def __repr__(self) -> str:
         return f"AutoUnit({self.signature})"
@@ -195,11 +198,12 @@ def _clean(gm: fx.GraphModule) -> None:
 
 
 def _is_constant(value) -> bool:
-    """A plain value fixed by the static shapes (a size, a dtype, a tuple of them): every unit that
-    reads it takes the value itself, so it never has to cross a cut."""
+    """A plain number fixed by the static shapes (a size, a tuple of them): every unit that reads it
+    takes the value itself, so it never has to cross a cut. Not a dtype or a device: under autocast or
+    on another device a unit must read the tensor's own."""
     if isinstance(value, (tuple, list)):
         return all(_is_constant(v) for v in value)
-    return isinstance(value, (bool, int, float, str, torch.dtype, torch.device, torch.Size, slice))
+    return isinstance(value, (bool, int, float, torch.Size, slice))
 
 
 def _constants(gm: fx.GraphModule) -> dict[fx.Node, object]:
@@ -218,8 +222,9 @@ class Cuts:
     """The graph's data nodes in order and where a unit may end.
 
     `live[p]`: the data nodes the rest of the graph reads after `order[p]` runs (in graph order): a
-    unit that ends at position p hands them on, its boundary. `valid[p]`: that boundary is tensors no
-    later operation writes into. `width[p]`: its bytes, each storage once."""
+    unit that ends at position p hands them on, its boundary. `valid[p]`: a unit may end there: the
+    boundary is tensors no later operation writes into, none of them a view unless it is alone, and
+    order[p] is neither the input nor the output. `width[p]`: its bytes, each storage once."""
 
     order: list[fx.Node]
     live: list[tuple[fx.Node, ...]]
@@ -281,7 +286,7 @@ def find_cuts(gm: fx.GraphModule, model_name: str, constants: dict[fx.Node, obje
         width.append(_storage_bytes(here) if ok else 0)
         if n is final:
             break
-    rest = [n for n in order[len(live):] if n.op != "output"]
+    rest = order[len(live):]
     return Cuts(order[:len(live)], live, valid, width, len(live) - 1, rest)
 
 
@@ -357,7 +362,7 @@ def find_pieces(gm: fx.GraphModule, model_name: str, units: int,
         if share > 1 / MIN_UNITS:
             refined += _narrow_cuts(cuts, weights, lo, hi, math.ceil(share * units))
     ends = sorted(set(ends) | set(refined))
-    if not ends:
+    if not any(cuts.valid):
         raise refuse(cuts, model_name)
     pieces, bounds, lo = [], [], 0
     for p in [*ends, cuts.final]:
@@ -525,8 +530,13 @@ def _build_unit(root: nn.Module, nodes: list[fx.Node], inputs: tuple[fx.Node, ..
             at_hand[n] = n.op not in ("placeholder", "output") and all(computable(a) for a in n.all_input_nodes)
         return at_hand[n]
 
+    written: list[fx.Node] = []
+
     def arg(a: fx.Node):
-        return constants[a] if a in constants and not computable(a) else copy(a)
+        if a in constants and not computable(a):
+            written.append(a)
+            return constants[a]
+        return copy(a)
 
     def copy(n: fx.Node) -> fx.Node:
         if n not in env:
@@ -538,6 +548,7 @@ def _build_unit(root: nn.Module, nodes: list[fx.Node], inputs: tuple[fx.Node, ..
     graph.output(env[outputs[0]] if len(outputs) == 1 else tuple(env[n] for n in outputs))
     unit = AutoUnit(root, graph)
     unit.signature = _signature(unit)
+    unit.fixed_shapes = bool(written)
     return unit
 
 
@@ -554,6 +565,8 @@ def _weight_tensors_shared(gm: fx.GraphModule, members: list[list[fx.Node]], dat
         if n not in weighty:
             if n.op == "get_attr":
                 weighty[n] = isinstance(_get_attr(gm, n.target), nn.Parameter)
+            elif n.op == "call_module" and any(True for _ in gm.get_submodule(n.target).parameters()):
+                weighty[n] = n not in data
             else:
                 weighty[n] = n not in data and n not in constants and n.op != "placeholder" and \
                     any(from_weights(a) for a in n.all_input_nodes)

@@ -162,11 +162,17 @@ def zoo_batches(model: str, hw: Hardware, granularity: str = "block", precision:
 def spec_batches(model_spec: str, options: dict, hw: Hardware, precision: str = "fp32", batch: int = 1) -> Batches:
     """Batches of a model spec (models/specs.py), cut once at `batch` on the meta device and profiled at
     each batch, so that every batch has the same units (a plan of one batch is a plan of another, as the
-    search needs). Only a graph torch.fx traced: torch.export fixes the batch in the graph's shapes."""
+    search needs). Only a graph whose units run at any batch: torch.fx traced, and no unit with a shape
+    written in (a size one unit reads of a tensor another holds, models/auto_chain.py); torch.export
+    fixes the batch in every shape."""
     chain = build(model_spec, batch=batch, device="meta", overrides=options, precision=precision)
     if chain.config.get("traced") != "torch.fx":
         raise KarmaError(f"{model_spec}: the reach search needs a graph torch.fx traces (this one was traced by "
                          f"{chain.config.get('traced')}, whose shapes are its batch's)")
+    fixed = [name for name, unit in chain.units.named_children() if getattr(unit, "fixed_shapes", False)]
+    if fixed:
+        raise KarmaError(f"{model_spec}: unit {fixed[0]} has its traced batch's shapes written in (a size it reads of "
+                         f"a tensor another unit holds): the reach search needs units that run at any batch")
     return Batches(lambda b: analytic_profile(replace(chain, batch=b), hw))
 
 

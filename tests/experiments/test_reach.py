@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from karma.core.errors import KarmaError
 from karma.core.hardware import load
@@ -183,7 +184,9 @@ def test_a_model_spec_is_searched_with_its_units_cut_once():
     table = reach_table([], hw, ["checkpoint", "karma"], own_models=[unet], limit_factor=8, log=lambda _: None)
     assert list(table.model.unique()) == ["tiny-unet"] and list(table.strategy) == ["checkpoint", "karma"]
     batches = spec_batches(unet["spec"], unet["options"], hw, batch=4)
-    assert len({len(batches.exact(b).units) for b in (1, 4, 9)}) == 1
+    small, large = batches.exact(4), batches.exact(9)
+    for a, b in zip(small.units, large.units, strict=True):  # the chain cut at 4 runs at 9 (meta shapes follow)
+        assert b.input_bytes * 4 == a.input_bytes * 9, a.name
     for row in table.itertuples():
         assert row.reach_batch and (row.limit_hit or not fits(row.strategy, batches.exact(row.reach_batch + 1), hw,
                                                               hw.device_memory, work=1.0))
@@ -193,3 +196,28 @@ def test_a_spec_whose_graph_fixes_its_batch_is_refused_by_the_reach_search():
     with pytest.raises(KarmaError, match="torch.fx"):
         spec_batches("hf:gpt2", {"set": {"n_layer": 1, "n_embd": 16, "n_head": 2, "vocab_size": 32,
                                          "n_positions": 8}, "seq": 8}, load("v100-abci"))
+
+
+def fixed_shape_model():
+    """A long residual whose last unit reshapes by the batch size it reads of the input."""
+
+    class Reshaping(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))
+
+        def forward(self, x):
+            h = x
+            for layer in self.layers:
+                h = torch.relu(layer(h))
+            return (h + x).view(x.size(0), -1)
+
+    def make_batch(batch, device, seed):
+        return torch.zeros(batch, 8, device=device), torch.zeros(batch, 8, device=device)
+
+    return Reshaping(), make_batch, torch.nn.functional.mse_loss
+
+
+def test_a_spec_whose_units_have_the_batch_written_in_is_refused_by_the_reach_search():
+    with pytest.raises(KarmaError, match="shapes written in"):
+        spec_batches("tests.experiments.test_reach:fixed_shape_model", {}, load("v100-abci"), batch=4)

@@ -46,7 +46,7 @@ SPECS = {
                          # with dropout 0 a real CPU runs sdpa's fused kernel, which saves less than the math
                          # path the meta device counts (docs/machine.md): 9% over the runtime's peak
                          "attention_dropout": 0.1}, "seq": 16},
-    # an embedding tied to the head as well is read by three units: see TIED_THRICE
+    # its embedding is tied to the head as well: one Parameter read by three units, trained bitwise
     "hf:t5": {"set": {"d_model": 32, "d_ff": 64, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 2, "d_kv": 16,
                       "vocab_size": 96}, "seq": 16},
     "hf:bart": {"set": {"d_model": 32, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "encoder_layers": 2,

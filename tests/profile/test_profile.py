@@ -278,3 +278,19 @@ def test_a_recompute_premium_survives_the_file_and_coarsening(tmp_path):
     raw["units"][0]["recompute_extra_time"] = -2 * raw["units"][0]["forward_time"]
     with pytest.raises(KarmaError, match="may not exceed the forward"):
         Profile.from_dict(raw)
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_an_operator_costed_by_its_parts_allocates_only_its_outputs(device):
+    """silu_backward has no FLOP formula: the recorder runs its decomposition (sigmoid, products, sums)
+    to cost it, but a device runs one kernel, so the backward holds the input gradient and nothing more;
+    its parts' operators are still costed one by one."""
+
+    class Silu(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.silu(x)
+
+    x = torch.randn(64, 1024, device=device, requires_grad=True)
+    trace = trace_unit(Silu(), x)
+    assert trace.backward_workspace_bytes == 0
+    assert len(trace.backward_ops) > 1
