@@ -254,7 +254,7 @@ def lm_loss(logits, targets):
 
 
 def _hf(what: str, options: dict, device, seed: int) -> Source:
-    from transformers import (
+    from transformers import (  # heavy optional dependency: seconds to import, only hf: specs need it
         AutoModelForCausalLM,
         AutoModelForMaskedLM,
         AutoModelForSeq2SeqLM,
