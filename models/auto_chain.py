@@ -56,6 +56,7 @@ from torch.utils.flop_counter import flop_registry
 
 from karma.core.aten import NO_KERNEL, SIZE_QUERIES
 from karma.core.errors import KarmaError
+from models.boundary import nbytes
 
 #: Pieces are merged to at most this many units unless `units` is given: one or two units per layer
 #: of a transformer of up to 96 layers (a layer has two pieces, attention and MLP), every residual
@@ -239,14 +240,6 @@ class Cuts:
         return self.valid[p] and self.live[p] == (self.order[p],)
 
 
-def _storage_bytes(nodes) -> int:
-    sizes = {}
-    for n in nodes:
-        t = n.meta["val"]
-        sizes[t.untyped_storage()._cdata] = t.untyped_storage().nbytes()
-    return sum(sizes.values())
-
-
 def find_cuts(gm: fx.GraphModule, model_name: str, constants: dict[fx.Node, object]) -> Cuts:
     """Every point in graph order and what would cross a cut there (`Cuts`)."""
     nodes = list(gm.graph.nodes)
@@ -283,7 +276,7 @@ def find_cuts(gm: fx.GraphModule, model_name: str, constants: dict[fx.Node, obje
         ok = bool(here) and all(tensor[h] for h in here) and n.op != "placeholder" and n is not final and \
             (len(here) == 1 or all(owner[h] for h in here))
         valid.append(ok)
-        width.append(_storage_bytes(here) if ok else 0)
+        width.append(nbytes(tuple(h.meta["val"] for h in here)) if ok else 0)
         if n is final:
             break
     rest = order[len(live):]
