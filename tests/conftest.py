@@ -1,18 +1,21 @@
 """Shared test settings: one torch thread (docs/machine.md: 2 cores, avoid oversubscription); the compiled
-simulator compiled once, before pytest-xdist starts its workers (each would compile it otherwise)."""
+simulator and recompute program compiled once, before pytest-xdist starts its workers (each would compile
+them otherwise)."""
 
 import pytest
 import torch
 
 from karma.core.hardware import load
+from karma.planner import recompute_dp
 from karma.profile.analytic import analytic_profile
-from karma.sim.compiled import compile_now
+from karma.sim import compiled
 from models import build
 
 
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # the controller, or a run without workers
-        compile_now()
+        compiled.compile_now()
+        recompute_dp.compile_now()
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -44,9 +44,9 @@ def tilings(width: int, kinds: tuple[str, ...] = KINDS) -> list[Blocks]:
     out = []
     for cuts in itertools.product((False, True), repeat=width - 1):
         edges = [0] + [i + 1 for i, cut in enumerate(cuts) if cut] + [width]
-        spans = list(zip(edges, edges[1:]))
+        spans = list(zip(edges, edges[1:], strict=False))
         for labels in itertools.product(kinds, repeat=len(spans)):
-            out.append(tuple((a, b, k) for (a, b), k in zip(spans, labels)))
+            out.append(tuple((a, b, k) for (a, b), k in zip(spans, labels, strict=True)))
     return out
 
 

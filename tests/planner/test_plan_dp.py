@@ -3,14 +3,19 @@
 bounded segments, host checkpoints only where their copy hides, swap blocks grown at the head of kept runs."""
 
 
+import random
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from karma.plan.space import Space
-from karma.planner.recompute_dp import Chain, solve
+from karma.planner import recompute_dp
+from karma.planner.recompute_dp import BUCKETS, Chain, solve, solve_reference
+from karma.planner.recompute_dp import _front as front
 from karma.planner.retile import cut_kept, grow_swaps, kept_runs, retile, with_swap
 from karma.planner.search import INFEASIBLE, Search
-from tests.chains import chains
+from karma.profile.profile import Profile
+from tests.chains import MB, chains, make_unit
 from tests.fuzz import examples
 
 SETTINGS = settings(max_examples=examples(25), deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -46,6 +51,41 @@ def test_bounded_segments_are_at_most_that_long_and_tile_the_chain(case, longest
         assert all(b - a <= longest for a, b, k in blocks if k in "Rr")
         assert [(a, b) for a, b, k in blocks if k == "S"] == list(swaps)
     assert solve(chain, budget, swaps, True, longest=n) == solve(chain, budget, swaps, True)
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(chains(min_units=1, max_units=40), st.booleans(), st.data())
+def test_the_compiled_program_gives_the_reference_programs_blocks(case, host_gradients, data):
+    """`solve` (compiled) and `solve_reference` (Python) return the same blocks, or both None, with and
+    without pinned swaps, host checkpoints, a copy rate and a longest segment, at budgets from ample to
+    too small; chains up to 40 units with budgets of a few buckets reach the bucketed fronts too."""
+    profile, hw, capacity = case
+    n, chain = len(profile.units), Chain(profile, host_gradients=host_gradients)
+    budget = capacity * data.draw(st.sampled_from([1e9, 1.0, 0.5, 0.2, 0.0]))
+    a = data.draw(st.integers(0, n - 1))
+    swaps = data.draw(st.sampled_from([(), ((a, data.draw(st.integers(a + 1, n))),)]))
+    host = data.draw(st.booleans())
+    rate = data.draw(st.sampled_from([None, hw.d2h_bw, float("inf")]))
+    longest = data.draw(st.sampled_from([None, 1, 3, n]))
+    args = (chain, budget, swaps, host, rate, longest)
+    assert solve(*args) == solve_reference(*args)
+
+
+def test_the_compiled_program_matches_the_reference_past_the_exact_fronts(monkeypatch):
+    """An 80-unit chain whose fronts outgrow `BUCKETS` candidates (the bucketed merge) plans the same."""
+    rng = random.Random(0)
+    units = tuple(make_unit(f"u{i}", forward_time=rng.uniform(1e-3, 5e-2), backward_time=rng.uniform(1e-3, 1e-1),
+                            saved_bytes=rng.randint(1, 2000) * MB, input_bytes=rng.randint(1, 200) * MB,
+                            output_bytes=rng.randint(1, 200) * MB, workspace_bytes=rng.randint(0, 300) * MB)
+                  for i in range(80))
+    profile = Profile("random", "tiny", 1, "analytic", "v100-abci", "sgd", units)
+    chain = Chain(profile)
+    budget = sum(u.saved_bytes for u in units) * 0.3
+    merged = []
+    monkeypatch.setattr(recompute_dp, "_front", lambda parts, width: merged.append(sum(p[3] for p in parts))
+                        or front(parts, width))
+    assert solve(chain, budget, host_checkpoints=True) == solve_reference(chain, budget, host_checkpoints=True)
+    assert max(merged) > BUCKETS
 
 
 @settings(max_examples=examples(80), deadline=None, suppress_health_check=list(HealthCheck), database=None)
