@@ -23,6 +23,7 @@ from karma.experiments.speedups import compare
 from karma.plan.plan import from_policies
 from karma.planner.config import PlannerConfig
 from karma.planner.planner import plan
+from karma.planner.recompute_dp import Chain, solve, solve_reference
 from karma.profile.analytic import analytic_profile
 from karma.sim.bound import lower_bound
 from karma.sim.simulate import simulate
@@ -80,6 +81,20 @@ def test_compiled_simulator_against_the_python_reference(benchmark, name):
     compiled, python = _per_unit(profile, plan_, False, 5), _per_unit(profile, plan_, True, 5)
     benchmark.extra_info.update(units=len(profile.units), blocks=len(plan_.blocks), compiled_us_per_unit=compiled * 1e6,
                                 python_us_per_unit=python * 1e6, python_over_compiled=python / compiled)
+
+
+def test_compiled_recompute_program_against_the_python_reference(benchmark, resnet1001):
+    """The recompute program (karma/planner/recompute_dp.py) on ResNet-1001's 335 units, segments of at most
+    ten units as the planner solves it, host checkpoints allowed: the compiled program timed, the Python
+    reference's seconds over it in extra_info (same run)."""
+    chain = Chain(resnet1001)
+    budget = V100.device_memory - sum(u.param_bytes + u.optimizer_bytes + u.buffer_bytes for u in resnet1001.units)
+    args = (chain, budget, (), True, V100.d2h_bw, 10)
+    blocks = benchmark.pedantic(solve, args=args, rounds=5, iterations=1)
+    compiled = min(timeit.repeat(lambda: solve(*args), number=1, repeat=3))
+    python = min(timeit.repeat(lambda: solve_reference(*args), number=1, repeat=3))
+    benchmark.extra_info.update(compiled_s=compiled, python_s=python, python_over_compiled=python / compiled)
+    assert blocks == solve_reference(*args)
 
 
 def test_six_model_table(benchmark):
