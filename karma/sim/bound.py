@@ -66,8 +66,22 @@ tau_j the start of unit j's backward and T the end of the iteration.
 5. Whole iteration: each queue's total work fits in [0, T] (half duplex: one
    queue carries both directions); host-side optimizers: downloads and host
    updates start only after the last unit's backward.
+6. Checkpoints (chains without boundary storage ids; with them a checkpoint
+   is a boundary storage, held as karma/sim/boundary_memory.py says). A
+   recompute segment starting at unit j holds its checkpoint, c_j = unit j's
+   input less what unit j-1 shares with it (karma/sim/block_bytes.py counts
+   at least that), either on the device from its forward to its backward, or
+   on the host, copied out and back over the link. Let vd_j, vh_j in {0, 1}
+   with vd_j + vh_j >= y_j - y_{j-1} wherever units j-1 and j both have own
+   bytes (their y are then the plan's; elsewhere v_j is free): a unit whose
+   predecessor is not recomputed starts a segment. Then c_j vd_j is added to
+   the memory of items 2 and 3 of every unit i > j (unit i's own bytes do not
+   include unit j's input, and a recomputed j's own bytes are not counted
+   there), and c_j vh_j to the link's total work of item 5, each direction,
+   and to the copies back of item 4 of every unit i <= j (a checkpoint comes
+   back after t1, before its segment's recompute).
 
-Every constraint holds for the plan's (x, y, TF, t1, tau, a, T), so the minimum
+Every constraint holds for the plan's (x, y, vd, vh, TF, t1, tau, a, T), so the minimum
 of T over this mixed-integer program is <= the plan's time. HiGHS
 (scipy.optimize.milp) solves it; we take its *dual* bound (the proven lower end
 of its optimality gap, never the incumbent) after at most `NODES` branch-and-bound
@@ -186,6 +200,17 @@ def _own_bytes(profile: Profile) -> tuple[np.ndarray, list[float]]:
     return np.array(own, dtype=float), shared
 
 
+def _checkpoint_bytes(profile: Profile) -> np.ndarray:
+    """Bytes of the checkpoint a recompute segment starting at unit j holds (its input, less what a kept unit
+    before it shares), at least: what karma/sim/block_bytes.py counts for it. Zero with boundary storage ids
+    (layer granularity): there a checkpoint is a boundary storage, held by karma/sim/boundary_memory.py."""
+    units = profile.units
+    if any(u.boundary_out for u in units):
+        return np.zeros(len(units))
+    shared = profile.shared_bytes
+    return np.array([float(u.input_bytes - (shared[j - 1] if j else 0)) for j, u in enumerate(units)])
+
+
 def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimizer: str) -> _Layout | None:
     """The program of one weight layout, or None where some unit's backward alone does not fit."""
     units = profile.units
@@ -229,8 +254,10 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
 
     X, Y, T1, T2 = 0, n, 2 * n, 2 * n + 1
     TF, A, TAU = 2 * n + 2, 3 * n + 2, 4 * n + 2
-    p = _Program(5 * n + 2)
+    VD, VH = 5 * n + 2, 6 * n + 2  # 6. a recompute segment starts at unit j, its checkpoint on the device / host
+    p = _Program(7 * n + 2)
     le = p.le
+    ckpt = _checkpoint_bytes(profile) / GB
     # running sums (_Program.running_sum): V[i] over units < i, or >= i (reverse)
     kept_lo = p.running_sum([[(X + j, 1), (Y + j, 1)] for j in range(n)], below=True)  # swapped or recomputed
     recomputed_lo = p.running_sum([[(Y + j, 1)] for j in range(n)], below=True)
@@ -241,6 +268,12 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
                                        below=False, reverse=True)
     for j in range(n):
         le([(X + j, 1), (Y + j, 1)], own[j])  # x, y are scaled by own below: x_j + y_j <= 1
+    # 6. segment starts: v_j = vd_j + vh_j >= y_j - y_{j-1} where both units' y are the plan's (own bytes)
+    device_ckpt_hi = p.running_sum([[(VD + j, ckpt[j])] for j in range(n)], below=False)
+    later_host_ckpt_hi = p.running_sum([[(VH + j, ckpt[j])] for j in range(n)], below=False, reverse=True)
+    for j in range(n):
+        if ckpt[j] > 0 and own[j] > 0 and (j == 0 or own[j - 1] > 0):
+            le([(Y + j, 1 / own[j]), (VD + j, -1), (VH + j, -1)] + ([(Y + j - 1, -1 / own[j - 1])] if j else []), 0.0)
     # 1. compute in order; forward
     le([(TF, -1)], -f[0])
     for i in range(1, n):
@@ -261,7 +294,7 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
         le([(A + i, 1), (left + i, -1), (TF + i, -d2h), (TF + i - 1, d2h)], -d2h * f[i])
     for i in range(n):
         transient = units[i].workspace_bytes + weights_at[i]
-        le([(recomputed_lo + i, -1)] + ([(A + i, -1)] if i else []),
+        le([(recomputed_lo + i, -1), (device_ckpt_hi + i, 1)] + ([(A + i, -1)] if i else []),
            (capacity - static - transient) / GB - own[i] - prefix[i])
     # 1. backward order and the recomputes before each backward
     for i in range(n):
@@ -272,11 +305,12 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
     le([(later_recompute_hi + n, 1), (T1, -1), (T2, -1)], -(b.sum() + step + tail))
     # 2. memory at each backward
     for i in range(n):
-        le([(kept_lo + i, -1)], room[i] - prefix[i])
+        le([(kept_lo + i, -1), (device_ckpt_hi + i, 1)], room[i] - prefix[i])
     # 4. copies back before each backward; swap-outs in order before a swapped unit's prefetch
     for i in range(n):
         later_weights = param[i:].sum() / GB if streamed else 0.0
-        le([(later_swapped_hi + n - i, 1), (TAU + i, -h2d), (T1, h2d)], -later_weights)
+        le([(later_swapped_hi + n - i, 1), (later_host_ckpt_hi + n - i, 1), (TAU + i, -h2d), (T1, h2d)],
+           -later_weights)
         if own[i] > 0:
             big = prefix[i + 1] / d2h + back[i] / h2d
             le([(swapped_hi + i + 1, 1 / d2h), (X + i, back[i] / own[i] / h2d + big / own[i]), (TAU + i, -1)], big)
@@ -286,11 +320,13 @@ def _case(profile: Profile, hw: Hardware, capacity: float, weights: str, optimiz
         first = (param[n - 1] / hw.d2h_bw) + b[n - 1]
         le([(T2, -1)], -(b[n - 1] + down))
         le([(T2, -1)], -(first + host))
+    host_ckpt = [(VH + j, ckpt[j]) for j in range(n)]  # out and back
     if hw.link_duplex == "half":
-        le([(X + j, 1 / d2h + 1 / h2d) for j in range(n)] + [(T1, -1), (T2, -1)], -(up + down))
+        le([(X + j, 1 / d2h + 1 / h2d) for j in range(n)] + [(v, c / d2h + c / h2d) for v, c in host_ckpt]
+           + [(T1, -1), (T2, -1)], -(up + down))
     else:
-        le([(X + j, 1 / d2h) for j in range(n)] + [(T1, -1), (T2, -1)], -down)
-        le([(X + j, 1 / h2d) for j in range(n)] + [(T1, -1), (T2, -1)], -up)
+        le([(X + j, 1 / d2h) for j in range(n)] + [(v, c / d2h) for v, c in host_ckpt] + [(T1, -1), (T2, -1)], -down)
+        le([(X + j, 1 / h2d) for j in range(n)] + [(v, c / h2d) for v, c in host_ckpt] + [(T1, -1), (T2, -1)], -up)
     return _Layout(p, n, own, T1, T2)
 
 
@@ -329,6 +365,7 @@ class _Layout:
         """HiGHS's dual bound after at most `nodes` branch-and-bound nodes (inf: proven infeasible)."""
         integrality = np.zeros(self.program.nv)
         integrality[: 2 * self.n] = 1
+        integrality[5 * self.n + 2: 7 * self.n + 2] = 1  # where each recompute segment's checkpoint is
         res = milp(self.c, integrality=integrality, bounds=Bounds(self.lower, self.upper),
                    constraints=self.constraints, options={"node_limit": nodes})
         if res.status == 2:

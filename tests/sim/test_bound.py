@@ -185,3 +185,20 @@ def test_in_mixed_precision_the_host_step_streams_the_fp32_masters():
     masters = 4 * 4 * n16
     host_step = (3 + 2 * 2) * masters / hw.host_update_bw
     assert lower_bound(profile, hw, capacity) >= host_step
+
+
+def test_a_recompute_segment_holds_its_checkpoint_or_copies_it():
+    """Unit 0 (8 GB saved) cannot be kept beside unit 1 (5 GB) in 9.5 GB, and its 4 GB input as a device
+    checkpoint does not fit beside unit 1's backward either: recomputing it means copying its checkpoint
+    out and back over a 1 GB/s link, 4 s each way. The bound counted no checkpoint (0.7 s, the compute);
+    with each segment's checkpoint on the device or the host it is above 4 s, and below the exhaustive
+    optimum (8.6 s: recompute with the checkpoint on the host)."""
+    units = (make_unit("u0", forward_time=0.1, backward_time=0.2, saved_bytes=int(8 * GB),
+                       saved_input_bytes=int(4 * GB), input_bytes=int(4 * GB), output_bytes=int(1 * GB)),
+             make_unit("u1", forward_time=0.1, backward_time=0.2, saved_bytes=int(5 * GB), input_bytes=int(1 * GB),
+                       output_bytes=int(0.1 * GB)))
+    profile = Profile("ckpt", "tiny", 1, "analytic", "v100-abci", "sgd", units)
+    hw = replace(load("v100-abci"), h2d_bw=1e9, d2h_bw=1e9)
+    best, plan = exhaustive_best(profile, hw, 9.5 * GB)
+    assert plan.blocks[0].policy == "recompute" and plan.blocks[0].checkpoint == "host"
+    assert 4.0 < lower_bound(profile, hw, 9.5 * GB) <= best
