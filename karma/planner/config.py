@@ -38,10 +38,9 @@ class PlannerConfig:
     #: Units simulated per refinement level (groups halved until one group is one unit).
     fine_work: int = 50_000
     #: Annealing walks over the whole unit-level neighbourhood after the refinement, sharing
-    #: `unit_walk_work` units simulated, then `relink_work` on the paths between their ends.
+    #: `unit_walk_work` units simulated.
     unit_walks: int = 3
     unit_walk_work: int = 300_000
-    relink_work: int = 90_000
     #: Units simulated by the polish's descents, from at most `polish_starts` starts.
     seed_work: int = 50_000
     polish_starts: int = 3
@@ -50,8 +49,9 @@ class PlannerConfig:
     #: The most runs of units the recompute program (karma/planner/recompute_dp.py) works over: a longer chain
     #: is merged into that many runs of about equal compute for it, and not re-tiled.
     dp_runs: int = 384
-    #: Swap sets re-tiled exactly per search, and the longest recompute segment a re-tiling considers.
-    retile_starts: int = 3
+    #: Swap sets re-tiled exactly per search (the coarse and the unit-level one), and the longest recompute
+    #: segment a re-tiling considers.
+    retile_starts: int = 1
     retile_segment: int = 10
     #: Lengths the kept runs of a re-tiled plan are also cut into (the prefetch depth counts blocks,
     #: so where kept blocks end decides when the copies back of earlier blocks start).
@@ -65,7 +65,7 @@ class PlannerConfig:
 
     def longer(self, factor: float) -> PlannerConfig:
         """The same search with every work budget times `factor` (a reference for the default's quality)."""
-        work = ("coarse_work", "coarse_plans", "fine_work", "unit_walk_work", "relink_work", "seed_work")
+        work = ("coarse_work", "coarse_plans", "fine_work", "unit_walk_work", "seed_work")
         return replace(self, **{name: int(getattr(self, name) * factor) for name in work})
 
     def to_dict(self) -> dict:

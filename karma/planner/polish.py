@@ -1,10 +1,11 @@
 """Step 5 of KARMA's planner (karma/planner/planner.py): the polish at one group per unit, and its starts.
 
 Its starts are the exact recompute-only plans of least recompute time (karma/planner/recompute_dp.py) under each
-weight layout's memory, the fastest plans of the search re-tiled exactly around their swap blocks
-(karma/planner/retile.py) and the most frugal state of the space; it descends from the fastest of them and
-keeps the fastest plan found. A coarse recompute group is one long segment, far more memory-hungry than
-the unit-level segments of the same recompute time, so the coarse levels alone place recompute badly.
+weight layout's memory, the fastest plan of the coarse and of the unit-level search re-tiled exactly around
+their swap blocks (karma/planner/retile.py) and the most frugal state of the space; it descends from the
+fastest of them and keeps the fastest plan found. A coarse recompute group is one long segment, far more
+memory-hungry than the unit-level segments of the same recompute time, so the coarse levels alone place
+recompute badly.
 """
 
 from __future__ import annotations

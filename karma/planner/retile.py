@@ -104,12 +104,12 @@ def swap_sets(search: Search, limit: int) -> list[State]:
     """The fastest fitting states of `search` with distinct (swap blocks, layout): where to re-tile from."""
     seen, out = set(), []
     for state in sorted((s for s, c in search.cache.items() if c < INFEASIBLE), key=search.cache.__getitem__):
+        if len(out) >= limit:
+            break
         key = (tuple((a, b) for a, b, k in state[0] if k == "S"), state[2])
         if key not in seen:
             seen.add(key)
             out.append(state)
-            if len(out) >= limit:
-                break
     return out
 
 

@@ -2,10 +2,8 @@
 the test run; `pytest tests/benchmarks/test_planner_gap.py --benchmark-only -n 0 -m ""`).
 
 The reference is the faster of the two long searches of karma/experiments/planner_gap.py (ten times the
-budget, coarse to fine and unit by unit). ResNet-200 missed by 1.0-2.4% before the exact
-re-tiling around swap blocks (karma/planner/retile.py), ResNet-1001 by 0.59% before the growth's kept-run
-cuts and Megatron-1.2B by up to 0.97% before relinking (karma/planner/relink.py). Seed 0 of each of
-the six paper models; the planning time is recorded, not asserted. Six seeds of each:
+budget, coarse to fine and unit by unit). Seed 0 of each of the six paper models; the planning time is
+recorded, not asserted. Six seeds of each:
 `python -m karma.experiments.planner_gap`.
 """
 
