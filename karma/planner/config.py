@@ -38,9 +38,10 @@ class PlannerConfig:
     #: Units simulated per refinement level (groups halved until one group is one unit).
     fine_work: int = 50_000
     #: Annealing walks over the whole unit-level neighbourhood after the refinement, sharing
-    #: `unit_walk_work` units simulated.
+    #: `unit_walk_work` units simulated, then `relink_work` on the paths between their ends.
     unit_walks: int = 3
     unit_walk_work: int = 300_000
+    relink_work: int = 90_000
     #: Units simulated by the polish's descents, from at most `polish_starts` starts.
     seed_work: int = 50_000
     polish_starts: int = 3
@@ -65,7 +66,7 @@ class PlannerConfig:
 
     def longer(self, factor: float) -> PlannerConfig:
         """The same search with every work budget times `factor` (a reference for the default's quality)."""
-        work = ("coarse_work", "coarse_plans", "fine_work", "unit_walk_work", "seed_work")
+        work = ("coarse_work", "coarse_plans", "fine_work", "unit_walk_work", "relink_work", "seed_work")
         return replace(self, **{name: int(getattr(self, name) * factor) for name in work})
 
     def to_dict(self) -> dict:

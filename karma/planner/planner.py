@@ -29,7 +29,9 @@ budgets count units simulated, so that a step costs the same at every level:
    that fits.
 4. Walk unit by unit: `unit_walks` annealing walks over the whole unit-level
    neighbourhood, where the coarse groups were too coarse for the plan's
-   structure.
+   structure, then path relinking between the plans they end in
+   (karma/planner/relink.py): plans on the paths between two good plans are
+   often faster than both.
 5. Polish (karma/planner/polish.py): descend from the exact recompute-only
    plans of least recompute time (karma/planner/recompute_dp.py, a dynamic
    program over the chain) under each layout's memory, from the search's
@@ -61,6 +63,7 @@ from karma.plan.plan import Plan
 from karma.plan.space import Space, State, refine_state, seeds, to_plan
 from karma.planner.config import PlannerConfig
 from karma.planner.polish import frugal_state, polish, retiled
+from karma.planner.relink import relink_ends
 from karma.planner.retile import grow_swaps
 from karma.planner.search import INFEASIBLE, Search
 from karma.profile.profile import Profile
@@ -112,17 +115,23 @@ def walk_depths(search: Search, space: Space, walks: int) -> list[int]:
     return others[-walks:]
 
 
-def unit_walks(search: Search, state: State, budget: int, config: PlannerConfig) -> State:
+def unit_walks(search: Search, state: State, budget: int, relinking: int, config: PlannerConfig) -> State:
     """`unit_walks` annealing walks over the whole unit-level neighbourhood (`search`'s memo, without its
     bound on split points or its first-improvement descent), each from the fastest plan found so far,
-    sharing `budget` plans simulated."""
+    sharing `budget` plans simulated; then `relinking` more plans simulated on the paths between the
+    plans the walks end in (karma/planner/relink.py)."""
     walker = replace(search, near=None, first=False)
+    ends = []
     for walk in range(config.unit_walks):
         found = walker.anneal(state, len(walker.cache) + budget // config.unit_walks,
                               config.seed * config.unit_walks + walk)
+        ends.append(found)
         if walker.cost(found) < walker.cost(state):
             state = found
-    return state
+    if not relinking:
+        return state
+    found = relink_ends(walker, ends, len(walker.cache) + relinking)
+    return found if walker.cost(found) < walker.cost(state) else state
 
 
 def plan(profile: Profile, hw: Hardware, capacity: float, space: Space | None = None,
@@ -201,7 +210,7 @@ def _search(profile: Profile, hw: Hardware, capacity: float, space: Space, cuts:
     # the same share of plans on every chain, searched unit by unit or not: with it the walks end in the same
     # plan for more seeds (the variants compared: docs/measurements/README.md, "One planner for every chain")
     walk_budget = int(min(config.unit_walk_work / n, config.coarse_plans))
-    state = unit_walks(search, state, walk_budget, config)
+    state = unit_walks(search, state, walk_budget, int(config.relink_work / n), config)
     more = retiled(search, coarse, coarse_cuts) + [frugal_state(n, space)]
     state = polish(state, search, profile, capacity, space, budget=int(config.seed_work / n), more=more)
     if n <= config.dp_runs:

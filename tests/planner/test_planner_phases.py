@@ -195,11 +195,11 @@ def test_unit_walks_end_no_slower_than_they_start_and_are_seeded(case):
     search = Search(profile, hw, capacity, Space(), near=2, first=True)
     if search.cost(start) >= INFEASIBLE:
         return
-    found = unit_walks(search, start, 300, PlannerConfig(seed=3))
+    found = unit_walks(search, start, 300, 0, PlannerConfig(seed=3))
     assert search.cost(found) <= search.cost(start)
     again = Search(profile, hw, capacity, Space(), near=2, first=True)
     again.cost(start)  # the same memo as the first search's: the walks' budgets count from its size
-    assert unit_walks(again, start, 300, PlannerConfig(seed=3)) == found
+    assert unit_walks(again, start, 300, 0, PlannerConfig(seed=3)) == found
 
 
 @pytest.mark.slow
