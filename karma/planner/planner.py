@@ -38,9 +38,8 @@ budgets count units simulated, so that a step costs the same at every level:
    fastest swap set re-tiled exactly by the same program
    (karma/planner/retile.py) and from the most frugal state (every unit
    swapped on its own, on demand, weights streamed: the reach), then a
-   steepest descent with combined moves. A coarse
-   recompute group is one long segment, so the coarse levels alone place
-   recompute badly.
+   steepest descent with combined moves. A coarse recompute group is one
+   long segment, so the coarse levels alone place recompute badly.
 6. Grow swaps (karma/planner/retile.py `grow_swaps`): swap the head of the
    longest kept runs, one unit, then two, four... bisected, then single
    recomputed units, each swap set re-tiled exactly, kept while faster. A
