@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from karma.core.errors import KarmaError
 from karma.core.hardware import Hardware, load
 from karma.experiments.planner_gap import long_search, write_rows
-from karma.experiments.window_check import check
+from karma.experiments.window_check import WindowCheck, check
 from karma.plan.plan import Plan
 from karma.planner.planner import plan
 from karma.profile.analytic import analytic_profile
@@ -145,7 +145,7 @@ def run_case(case: Case, planner=plan) -> dict:
     }
 
 
-def blame(karma: float, bound: float, long_s: float, window) -> str:
+def blame(karma: float, bound: float, long_s: float, window: WindowCheck) -> str:
     """Who is to blame for plan / bound over the target: the plan, by what the long search or the window
     check (karma/experiments/window_check.py) found faster; the bound (or a wider change) for the rest."""
     best = min(long_s, window.best_s)

@@ -3,7 +3,8 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from karma.experiments.window_check import check, joined, tilings, to_state
+from karma.experiments.planner_cases import blame
+from karma.experiments.window_check import WindowCheck, check, joined, tilings, to_state
 from karma.plan.space import to_plan
 from karma.sim.simulate import simulate
 from tests.chains import all_plans, chains
@@ -49,3 +50,14 @@ def test_a_window_over_the_whole_chain_finds_the_optimum_at_the_plans_depth_and_
         best = to_plan(profile, [(i, i + 1) for i in range(n)], result.best)
         assert simulate(profile, best, hw, capacity, record=False).time == result.best_s
     assert to_state(to_plan(profile, [(i, i + 1) for i in range(n)], to_state(plan))) == to_state(plan)
+
+
+def test_the_blame_splits_the_gap_between_the_plan_and_the_bound():
+    """planner_cases' blame column: what the better of the two checks found is the plan's, the rest the bound's."""
+    state = (((0, 1, "K"),), 1, "resident")
+    window = WindowCheck(6, 3, plan_s=1.10, best_s=1.05, window=(3, 9), best=state, simulated=1)
+    assert blame(1.10, 1.00, 1.08, window) == ("plan, 4.8% (units 3-8 changed); "
+                                               "bound or a change wider than 6 units, 5.0%")
+    assert blame(1.10, 1.00, 1.02, window) == "plan, 7.8% (a ten-times-longer search)"
+    none = WindowCheck(6, 3, plan_s=1.10, best_s=1.10, window=None, best=state, simulated=1)
+    assert blame(1.10, 1.00, 1.10, none) == "bound or a change wider than 6 units, 10.0%"
