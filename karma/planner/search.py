@@ -277,17 +277,39 @@ class MoveSet:
     listing every move of a long chain's plan (thousands, each a new tuple) cost more than simulating it."""
 
     def __init__(self, blocks, kinds: tuple[str, ...], points: range | set[int]):
-        self.blocks, self.kinds = blocks, kinds
-        self.atoms = [kind for kind in kinds if any(k == kind and b - a > 1 for a, b, k in blocks)]
-        self.shifts = [(i, d) for i in range(len(blocks) - 1)
-                       for d in _shifts(blocks[i][0], blocks[i][1], blocks[i + 1][1])]
-        self.changes = len(blocks) * (len(kinds) - 1)
-        self.singles = [i for i, (a, b, _) in enumerate(blocks) if b - a > 2]
-        self.splits = [(i, p) for i, (a, b, _) in enumerate(blocks) for p in range(a + 1, b) if p in points]
-        self.merges = [(i, kind) for i in range(len(blocks) - 1)
-                       for kind in dict.fromkeys((blocks[i][2], blocks[i + 1][2]))]
-        self.sizes = [len(self.atoms), len(self.shifts), self.changes, len(self.singles),
-                      len(self.splits) * len(kinds), len(self.merges)]
+        self.blocks, self.kinds, self.points = blocks, kinds, points
+        multi = {k for a, b, k in blocks if b - a > 1}
+        self.atoms = [kind for kind in kinds if kind in multi]
+        # the families' sizes now, their moves listed when a draw first falls in them: a walk rebuilds the set
+        # after every accepted move and draws from it a few times
+        shifts = singles = splits = merges = 0
+        every = isinstance(points, range)  # range(1, n): every point inside a block
+        for i, (a, b, k) in enumerate(blocks):
+            singles += b - a > 2
+            splits += b - a - 1 if every else sum(p in points for p in range(a + 1, b))
+            if i + 1 < len(blocks):
+                shifts += len(_relative_shifts(b - a, blocks[i + 1][1] - b))
+                merges += 1 if k == blocks[i + 1][2] else 2
+        self._lists: dict[int, list] = {}
+        self.sizes = [len(self.atoms), shifts, len(blocks) * (len(kinds) - 1), singles, splits * len(kinds), merges]
+
+    def _family(self, family: int) -> list:
+        """The moves of one family (1 shifts, 3 singles, 4 splits, 5 merges), in `Search.block_moves`' order."""
+        found = self._lists.get(family)
+        if found is None:
+            blocks = self.blocks
+            if family == 1:
+                found = [(i, d) for i in range(len(blocks) - 1)
+                         for d in _shifts(blocks[i][0], blocks[i][1], blocks[i + 1][1])]
+            elif family == 3:
+                found = [i for i, (a, b, _) in enumerate(blocks) if b - a > 2]
+            elif family == 4:
+                found = [(i, p) for i, (a, b, _) in enumerate(blocks) for p in range(a + 1, b) if p in self.points]
+            else:
+                found = [(i, kind) for i in range(len(blocks) - 1)
+                         for kind in dict.fromkeys((blocks[i][2], blocks[i + 1][2]))]
+            self._lists[family] = found
+        return found
 
     def __len__(self) -> int:
         return sum(self.sizes)
@@ -303,7 +325,7 @@ class MoveSet:
             return tuple(piece for a, b, k in blocks
                          for piece in ([(g, g + 1, k) for g in range(a, b)] if k == kind else [(a, b, k)]))
         if family == 1:
-            i, d = self.shifts[index]
+            i, d = self._family(1)[index]
             (a, m, k1), (_, b, k2) = blocks[i], blocks[i + 1]
             return blocks[:i] + ((a, m + d, k1), (m + d, b, k2)) + blocks[i + 2:]
         if family == 2:
@@ -311,12 +333,12 @@ class MoveSet:
             a, b, k = blocks[i]
             return blocks[:i] + ((a, b, [other for other in kinds if other != k][rest]),) + blocks[i + 1:]
         if family == 3:
-            i = self.singles[index]
+            i = self._family(3)[index]
             a, b, k = blocks[i]
             return blocks[:i] + tuple((g, g + 1, k) for g in range(a, b)) + blocks[i + 1:]
         if family == 4:
-            (i, p), other = self.splits[index // len(kinds)], kinds[index % len(kinds)]
+            (i, p), other = self._family(4)[index // len(kinds)], kinds[index % len(kinds)]
             a, b, k = blocks[i]
             return blocks[:i] + ((a, p, k), (p, b, other)) + blocks[i + 1:]
-        i, kind = self.merges[index]
+        i, kind = self._family(5)[index]
         return blocks[:i] + ((blocks[i][0], blocks[i + 1][1], kind),) + blocks[i + 2:]
