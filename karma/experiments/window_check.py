@@ -112,6 +112,8 @@ def check(profile: Profile, hw: Hardware, capacity: float, plan: Plan, width: in
     n = len(profile.units)
     width = min(width, n)
     stride = stride or max(1, width // 2)
+    # the compiled simulator's constants per (depth, layout), as karma.planner.search.Search.cost builds them;
+    # not a Search: its memo would keep each of the millions of plans simulated here
     fixed: dict[tuple[int, str], tuple] = {}
 
     def cost(blocks: Blocks, depth: int, layout: str) -> float:

@@ -283,10 +283,11 @@ class MoveSet:
         # the families' sizes now, their moves listed when a draw first falls in them: a walk rebuilds the set
         # after every accepted move and draws from it a few times
         shifts = singles = splits = merges = 0
-        every = isinstance(points, range)  # range(1, n): every point inside a block
+        span = isinstance(points, range)  # a range of points (step 1): count the overlap, not each point
         for i, (a, b, k) in enumerate(blocks):
             singles += b - a > 2
-            splits += b - a - 1 if every else sum(p in points for p in range(a + 1, b))
+            splits += (len(range(max(a + 1, points.start), min(b, points.stop))) if span
+                       else sum(p in points for p in range(a + 1, b)))
             if i + 1 < len(blocks):
                 shifts += len(_relative_shifts(b - a, blocks[i + 1][1] - b))
                 merges += 1 if k == blocks[i + 1][2] else 2
