@@ -21,7 +21,7 @@ class BlockBytes:
 
     own: list[float]  # per unit: saved bytes counted with this unit (see the module docstring)
     act: list[float]  # per block: saved bytes of its units (a swap block's copy each way)
-    ckpt: list[float]  # per block: its input, a recomputed block's checkpoint
+    ckpt: list[float]  # per block: its input, what a recomputed block's checkpoint on the host copies each way
     params: list[float]  # per block: weights it owns (gradients downloaded, host update)
     state: list[float]  # per block: the optimizer's bytes for the weights it owns (fp32 masters of 16-bit ones, state)
     uses: list[float]  # per block: weights it uploads when streamed (tied ones too)
@@ -30,7 +30,8 @@ class BlockBytes:
     borrowed: list[float]  # per block: the previous swapped block's boundary that its own prefetch brings back
     # What the simulator allocates itself (the rest is boundary storages, karma/sim/boundary_memory.py);
     # at block granularity, everything: ckpt, act - lent, back(k), borrowed and each unit's workspace.
-    mem_ckpt: list[float]
+    mem_ckpt: list[float]  # the checkpoint from the block's forward (to its copy's end, on the host)
+    mem_ckpt_back: list[float]  # the checkpoint from its prefetch (host) or forward (device) to the backward's end
     mem_out: list[float]
     mem_back: list[float]
     mem_borrowed: list[float]
@@ -62,12 +63,16 @@ def block_bytes(profile: Profile, plan: Plan, host_side: bool) -> BlockBytes:
         if b.policy == "recompute":
             own[b.start] -= min(units[b.start].saved_input_bytes, units[b.start].input_bytes)
     act = [sum(own[b.start:b.stop]) for b in blocks]
-    ckpt = []
-    for k, b in enumerate(blocks):
-        before = shared[b.start - 1] if k and blocks[k - 1].policy == "keep" else 0
-        ckpt.append(units[b.start].input_bytes - before)
+    # A checkpoint a kept block before it also saves is on the device anyway: it holds no bytes of its own
+    # there. On the host it is still copied whole, out and back (the runtime's store packs the segment's
+    # input; karma/runtime/saved.py), and the copy back is a new tensor beside the kept one.
+    ckpt = [float(units[b.start].input_bytes) for b in blocks]
+    mem_ckpt = [ckpt[k] - (shared[b.start - 1] if k and blocks[k - 1].policy == "keep" else 0)
+                for k, b in enumerate(blocks)]
+    mem_ckpt_back = [ckpt[k] if b.checkpoint == "host" else mem_ckpt[k] for k, b in enumerate(blocks)]
     params, state, uses, static = _weights(profile, plan, host_side)
-    return BlockBytes(own, act, ckpt, params, state, uses, static, lent, borrowed, mem_ckpt=ckpt,
+    return BlockBytes(own, act, ckpt, params, state, uses, static, lent, borrowed, mem_ckpt=mem_ckpt,
+                      mem_ckpt_back=mem_ckpt_back,
                       mem_out=[a - n for a, n in zip(act, lent, strict=True)],
                       mem_back=[a - n + m for a, n, m in zip(act, lent, borrowed, strict=True)], mem_borrowed=borrowed,
                       workspace=profile.workspaces)
@@ -141,4 +146,5 @@ def _storage_block_bytes(profile: Profile, plan: Plan, host_side: bool) -> Block
     mem_ckpt = [float(batch) if b.start == 0 else 0.0 for b in blocks]
     params, state, uses, static = _weights(profile, plan, host_side)
     return BlockBytes(own, act, ckpt, params, state, uses, static, lent, borrowed, mem_ckpt=mem_ckpt,
-                      mem_out=inner, mem_back=inner, mem_borrowed=[0.0] * nb, workspace=workspace, storages=True)
+                      mem_ckpt_back=mem_ckpt, mem_out=inner, mem_back=inner, mem_borrowed=[0.0] * nb,
+                      workspace=workspace, storages=True)

@@ -451,7 +451,7 @@ def _host_update(fs, ist, ev, k, ready, params, state, sc, fl, up_issue, up_k, h
 
 @njit(cache=True)
 def _prefetch(fs, ist, ev, qh2d, k, issue, streamed, policy, host_ckpt, swap_out_end, ckpt_out_end, back, mem_back,
-              ckpt, mem_ckpt, uses, params, up_issue, up_k, h2d_bw, host_end, prefetch_start, prefetch_end):
+              ckpt, mem_ckpt_back, uses, params, up_issue, up_k, h2d_bw, host_end, prefetch_start, prefetch_end):
     """Block k's copies back for its backward, issued at `issue` (simulate.py's _prefetch)."""
     host_end = _queue_updated_weights(fs, ist, ev, qh2d, issue, up_issue, up_k, params, h2d_bw, host_end)
     end = issue
@@ -464,7 +464,7 @@ def _prefetch(fs, ist, ev, qh2d, k, issue, streamed, policy, host_ckpt, swap_out
     elif policy[k] == RECOMPUTE and host_ckpt[k] != 0:
         ready = max(issue, ckpt_out_end[k])
         prefetch_start[k] = ready
-        _, end = _op(fs, ist, ev, qh2d, k, ready, ckpt[k] / h2d_bw, mem_ckpt[k], 0.0, ready)
+        _, end = _op(fs, ist, ev, qh2d, k, ready, ckpt[k] / h2d_bw, mem_ckpt_back[k], 0.0, ready)
     prefetch_end[k] = end
     return host_end
 
@@ -503,8 +503,16 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
     else:
         own, act, ckpt, lent, borrowed, mem_ckpt, mem_out, mem_back, mem_borrowed = _block_bytes(
             saved, shared, saved_input, inp, starts, stops, policy)
+        ckpt = np.empty(nb)  # a checkpoint on the host is copied whole (block_bytes.py)
+        for k in range(nb):
+            ckpt[k] = inp[starts[k]]
         lent_ptr = np.zeros(nb + 1, dtype=np.int64)
         lent_ids = np.empty(0, dtype=np.int64)
+    mem_ckpt_back = mem_ckpt.copy()
+    if not storages:
+        for k in range(nb):
+            if host_ckpt[k]:
+                mem_ckpt_back[k] = ckpt[k]
     workspace = workspace0
     # per-block and per-unit numbers: rows of two arrays (one allocation each, not one per row)
     blk = np.zeros((13, nb))
@@ -585,12 +593,12 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
     bwd_ready = forward_end
     for k in range(nb - 1, nb - 1 - min(depth, nb), -1):
         host_end = _prefetch(fs, ist, ev, qh2d, k, bwd_ready, streamed, policy, host_ckpt, swap_out_end,
-                                 ckpt_out_end, back, mem_back, ckpt, mem_ckpt, uses, params, up_issue, up_k, h2d_bw,
-                                 host_end, prefetch_start, prefetch_end)
+                                 ckpt_out_end, back, mem_back, ckpt, mem_ckpt_back, uses, params, up_issue, up_k,
+                                 h2d_bw, host_end, prefetch_start, prefetch_end)
     for k in range(nb - 1, -1, -1):
         if depth == 0:
             host_end = _prefetch(fs, ist, ev, qh2d, k, bwd_ready, streamed, policy, host_ckpt, swap_out_end,
-                                     ckpt_out_end, back, mem_back, ckpt, mem_ckpt, uses, params, up_issue, up_k,
+                                     ckpt_out_end, back, mem_back, ckpt, mem_ckpt_back, uses, params, up_issue, up_k,
                                      h2d_bw, host_end, prefetch_start, prefetch_end)
         ready = max(bwd_ready, prefetch_end[k])
         begin = _start_at(fs, COMPUTE, ready)
@@ -599,7 +607,7 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
             _push(ev, ist, begin, 1.0, waiting_grad, k)
         if depth and k - depth >= 0:
             host_end = _prefetch(fs, ist, ev, qh2d, k - depth, begin, streamed, policy, host_ckpt, swap_out_end,
-                                     ckpt_out_end, back, mem_back, ckpt, mem_ckpt, uses, params, up_issue, up_k,
+                                     ckpt_out_end, back, mem_back, ckpt, mem_ckpt_back, uses, params, up_issue, up_k,
                                      h2d_bw, host_end, prefetch_start, prefetch_end)
         if policy[k] == RECOMPUTE:
             for i in range(starts[k], stops[k]):
@@ -628,7 +636,7 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
             w_done[i] = mid
         bwd_ready = ready
         if policy[k] == RECOMPUTE:
-            _release(ev, ist, ready, mem_ckpt[k], k, ready == fs[_CSTART])
+            _release(ev, ist, ready, mem_ckpt_back[k], k, ready == fs[_CSTART])
         # the block's gradients
         if host_side:
             if streamed:

@@ -41,8 +41,11 @@ the end of the op that last needs it):
 
 A tensor saved both by a unit (its output) and by the next (its input) is
 one tensor: counted once inside a block and between two kept blocks, and a
-recomputed block after a kept one needs no extra checkpoint (the kept unit
-holds it until its own, later, backward). Between two swapped blocks it is
+recomputed block after a kept one needs no extra checkpoint on the device (the
+kept unit holds it until its own, later, backward); a checkpoint on the host is
+still copied whole each way, and its copy back is a second tensor on the device,
+as the runtime does it (karma/runtime/saved.py: the store packs the segment's
+input, whoever else holds it). Between two swapped blocks it is
 copied once, as vDNN offloads each layer's input once (Rhu et al. 2016, Sec.
 III-B) and as the runtime does (karma/runtime/saved.py): out with the earlier
 block's copy (freed once that copy and the later block's forward are over),
@@ -272,7 +275,7 @@ def _prefetch(it: _Iteration, k: int, issue: float) -> None:
         end = s.op("h2d", "prefetch", k, ready, by.back(k) / hw.h2d_bw, alloc=by.mem_back[k], alloc_at=ready)[1]
     elif b.policy == "recompute" and b.checkpoint == "host":
         it.times.prefetch_start[k] = ready = max(issue, it.ckpt_out_end[k])
-        end = s.op("h2d", "prefetch checkpoint", k, ready, by.ckpt[k] / hw.h2d_bw, alloc=by.mem_ckpt[k],
+        end = s.op("h2d", "prefetch checkpoint", k, ready, by.ckpt[k] / hw.h2d_bw, alloc=by.mem_ckpt_back[k],
                    alloc_at=ready)[1]
     it.prefetch_end[k] = end
 
@@ -337,7 +340,7 @@ def _backward(it: _Iteration) -> None:
             it.times.weights_done[i] = mid
         bwd_ready = ready
         if b.policy == "recompute":
-            s.release(ready, by.mem_ckpt[k], k, after_allocs=ready == s.compute_start)
+            s.release(ready, by.mem_ckpt_back[k], k, after_allocs=ready == s.compute_start)
         _gradients_ready(it, k, ready)
     it.backward_end = bwd_ready
 

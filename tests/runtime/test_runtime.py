@@ -278,6 +278,25 @@ def test_the_simulator_predicts_the_runtimes_peak_within_5_percent(case):
     assert measured == pytest.approx(predicted, rel=0.05), plan.policies()
 
 
+def test_a_host_checkpoint_a_kept_block_also_saves_is_copied_whole_as_predicted():
+    """ResNet-50's unit 1 saves its output, unit 2's input: a checkpoint of unit 2 costs no device bytes while
+    unit 1 is kept, but on the host the runtime still copies it each way and brings back a second copy. The
+    simulator once moved nothing for it, and the planner chose such checkpoints for free link time."""
+    chain = build("resnet50", "tiny", 2, seed=0)
+    profile = analytic_profile(build("resnet50", "tiny", 2, device="meta"), load("v100-abci"))
+    assert profile.shared_bytes[1] == profile.units[2].input_bytes > 0
+    labels = ["keep", "keep", "recompute", "keep", "keep", "keep"]
+    host, device = (from_policies("resnet50", 2, labels, checkpoint=c) for c in ("host", "device"))
+    hw = load("v100-abci")
+    sim_host, sim_device = (simulate(profile, p, hw, capacity=math.inf) for p in (host, device))
+    memory, _ = run_steps(chain, host, math.inf, 1e9, 1)
+    assert memory.bytes_d2h == memory.bytes_h2d == sim_host.bytes_d2h == sim_host.bytes_h2d \
+        == profile.units[2].input_bytes
+    assert sim_device.bytes_d2h == 0
+    assert sim_host.peak_bytes >= sim_device.peak_bytes  # never cheaper than the checkpoint on the device
+    assert memory.peak_bytes == pytest.approx(sim_host.peak_bytes, rel=0.05)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: run the check itself")
 def test_the_gpu_check_without_a_gpu_is_one_line(capsys):
     assert main([]) == 2
