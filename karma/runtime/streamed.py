@@ -198,8 +198,8 @@ class HostWeights:
             for p in self.owned[k]:
                 if self.source[id(p)] is not self.master[id(p)]:
                     self.source[id(p)].copy_(self.master[id(p)])
-        if self.resident:
-            params = self.uses[k]
+        if self.resident:  # what this update changed: the weights the block owns (a tied one once, by its owner)
+            params = self.owned[k]
 
             def copy():
                 for p in params:

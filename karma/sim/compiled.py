@@ -706,7 +706,7 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
             h2d += ckpt[k]
             d2h += ckpt[k]
         if streamed:
-            h2d += 2 * params[k]
+            h2d += 2 * uses[k]
             d2h += params[k]
         elif host_side:
             h2d += params[k]

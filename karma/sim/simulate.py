@@ -446,7 +446,7 @@ def _link_bytes(it: _Iteration) -> tuple[float, float]:
             h2d += by.ckpt[k]
             d2h += by.ckpt[k]
         if it.streamed:
-            h2d += 2 * by.params[k]
+            h2d += 2 * by.uses[k]  # up for the forward and again for the backward, tied weights with each user
             d2h += by.params[k]
         elif it.host_side:
             h2d += by.params[k]
