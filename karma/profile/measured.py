@@ -37,6 +37,7 @@ from dataclasses import replace
 
 import torch
 
+from karma.core.host_memory import keep_freed_memory
 from karma.profile.chain import UnitTimes, profile_chain
 from karma.profile.checkpointing import checkpointed
 from karma.profile.profile import Profile
@@ -168,6 +169,8 @@ def measured_profile(model: ChainModel, reps: int = 5, warmup: int = 1, progress
     if reps < 1 or warmup < 0:
         raise ValueError("reps must be >= 1 and warmup >= 0")
     device = next(model.units.parameters()).device
+    if device.type == "cpu":  # the emulated device: its allocator keeps freed blocks, as a GPU's does
+        keep_freed_memory()
 
     def timer(unit, x, loss, target, _trace):
         return time_unit(unit, x, loss, target, device, reps, warmup, model.precision, holdout)

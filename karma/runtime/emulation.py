@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from karma.core.hardware import Hardware, load
+from karma.core.host_memory import keep_freed_memory
 from karma.plan.plan import Plan
 from karma.profile.profile import Profile
 from karma.runtime.attribution import step_terms
@@ -56,6 +57,7 @@ class EmulatedSession:
     steps of several plans can be interleaved (validate). Step s trains on the batch of seed s."""
 
     def __init__(self, chain, plan, capacity: float, link_bw: float):
+        keep_freed_memory()  # freed blocks reused, not faulted in again, as a GPU's caching allocator reuses them
         self.chain, self.plan, self.capacity = chain, plan, capacity
         self.link = EmulatedLink(link_bw, link_bw)
         self.optimizer = None

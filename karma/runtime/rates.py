@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from karma.core.host_memory import keep_freed_memory
 from karma.runtime import cuda
 from karma.runtime.optim import new_optimizer
 from karma.sim.simulate import optimizer_traffic_bytes
@@ -115,6 +116,7 @@ def cpu_rates(link_bw: float, optimizer: str, chain: ChainModel | None = None) -
     its intra-op threads (the emulated device is this CPU, and its step the same torch optimizer). Neither a
     plain copy's rate nor one large probe tensor steps at the rate of the model's own tensors
     (measure_update; docs/measurements/README.md)."""
+    keep_freed_memory()
     shapes = weight_shapes(chain) if chain is not None else None
     host = measure_update(optimizer, shapes)
     device = measure_update(optimizer, [[s for group in shapes for s in group]] if shapes else None, on_thread=False)
