@@ -304,11 +304,12 @@ def _traffic(params, state, k_state, k_master):
 
 
 @njit(cache=True)
-def _block_bytes(saved, shared, saved_input, inp, starts, stops, policy):
+def _block_bytes(saved, shared, saved_input, inp, starts, stops, policy, host_ckpt):
     nb = starts.shape[0]
     own = saved.copy()
-    rows = np.zeros((6, nb))
+    rows = np.zeros((8, nb))
     lent, borrowed, act, ckpt, mem_out, mem_back = rows[0], rows[1], rows[2], rows[3], rows[4], rows[5]
+    mem_ckpt, mem_ckpt_back = rows[6], rows[7]
     for k in range(nb):
         for i in range(starts[k] + 1, stops[k]):
             own[i] -= shared[i - 1]
@@ -327,10 +328,12 @@ def _block_bytes(saved, shared, saved_input, inp, starts, stops, policy):
             total += own[i]
         act[k] = total
         before = shared[starts[k] - 1] if k > 0 and policy[k - 1] == KEEP else 0.0
-        ckpt[k] = inp[starts[k]] - before
+        ckpt[k] = inp[starts[k]]  # a checkpoint on the host is copied whole (block_bytes.py)
+        mem_ckpt[k] = ckpt[k] - before
+        mem_ckpt_back[k] = ckpt[k] if host_ckpt[k] else mem_ckpt[k]
         mem_out[k] = act[k] - lent[k]
         mem_back[k] = act[k] - lent[k] + borrowed[k]
-    return own, act, ckpt, lent, borrowed, ckpt, mem_out, mem_back, borrowed
+    return own, act, ckpt, lent, borrowed, mem_ckpt, mem_ckpt_back, mem_out, mem_back, borrowed
 
 
 @njit(cache=True)
@@ -413,7 +416,8 @@ def _storage_block_bytes(own0, saved_input, inp, starts, stops, policy, saved_pt
         act[k] = inner[k] + saved_total - borrowed[k]
         ckpt[k] = inp[starts[k]]
         mem_ckpt[k] = inp[0] if starts[k] == 0 else 0.0
-    return own, act, ckpt, shared, borrowed, mem_ckpt, inner, inner.copy(), np.zeros(nb), lent_ptr, lent_ids
+    return (own, act, ckpt, shared, borrowed, mem_ckpt, mem_ckpt.copy(), inner, inner.copy(), np.zeros(nb), lent_ptr,
+            lent_ids)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -498,21 +502,13 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
     qh2d = LINK if half else H2D
     qd2h = LINK if half else D2H
     if storages:
-        (own, act, ckpt, lent, borrowed, mem_ckpt, mem_out, mem_back, mem_borrowed, lent_ptr,
+        (own, act, ckpt, lent, borrowed, mem_ckpt, mem_ckpt_back, mem_out, mem_back, mem_borrowed, lent_ptr,
          lent_ids) = _storage_block_bytes(own0, saved_input, inp, starts, stops, policy, saved_ptr, saved_ids, size)
     else:
-        own, act, ckpt, lent, borrowed, mem_ckpt, mem_out, mem_back, mem_borrowed = _block_bytes(
-            saved, shared, saved_input, inp, starts, stops, policy)
-        ckpt = np.empty(nb)  # a checkpoint on the host is copied whole (block_bytes.py)
-        for k in range(nb):
-            ckpt[k] = inp[starts[k]]
+        own, act, ckpt, lent, borrowed, mem_ckpt, mem_ckpt_back, mem_out, mem_back, mem_borrowed = _block_bytes(
+            saved, shared, saved_input, inp, starts, stops, policy, host_ckpt)
         lent_ptr = np.zeros(nb + 1, dtype=np.int64)
         lent_ids = np.empty(0, dtype=np.int64)
-    mem_ckpt_back = mem_ckpt.copy()
-    if not storages:
-        for k in range(nb):
-            if host_ckpt[k]:
-                mem_ckpt_back[k] = ckpt[k]
     workspace = workspace0
     # per-block and per-unit numbers: rows of two arrays (one allocation each, not one per row)
     blk = np.zeros((13, nb))
