@@ -197,7 +197,8 @@ def measure(runner, plans: dict[str, Plan], repeats: int) -> dict[str, dict]:
 
 def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int, predict) -> list[dict]:
     """Columns of the step-time accuracy within each repeat (karma/report/regress.py enforces them); returns,
-    per repeat, every planned strategy's expected time at that repeat's speed.
+    per repeat, every planned strategy's expected time at that repeat's speed (without the probes: what KARMA's
+    predicted speedups are given at).
 
     The profile is measured once, before the runs; on this shared machine the processor's speed drifts
     10-25% between then and a repeat (docs/machine.md), which moves the plans bound by compute, not those bound
@@ -223,7 +224,7 @@ def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int,
     if not complete or not repeats:
         return []
     base = predict(1.0)
-    expected, scales, speeds = [], [], []
+    expected, probed, scales, speeds = [], [], [], []
     for r in range(repeats):
         measured = {name: times[r] for name, times in complete.items()}
         scales.append(statistics.median(t / base[name] for name, t in measured.items()))
@@ -232,18 +233,24 @@ def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int,
         speed = fit_speed(predict, measured, relative)
         if speed is None:
             expected.append({name: t * scales[-1] for name, t in base.items()})
+            probed.append(expected[-1])
         else:
             speeds.append(speed)
-            expected.append(predict(speed) | predict_probed(predict, speed, relative))
+            expected.append(predict(speed))
+            probed.append(expected[-1] | predict_probed(predict, speed, relative))
     for name, times in complete.items():
-        rel = _spread([t / e[name] for t, e in zip(times, expected, strict=True)])
+        rel = _spread([t / e[name] for t, e in zip(times, probed, strict=True)])
         df.loc[df.strategy == name, list(columns[:3])] = rel
     df[list(columns[3:6])] = _spread(scales)
     if speeds:
         df[list(columns[6:])] = _spread(speeds)
-    excess = karma_excess_error(complete, expected)
+    excess = karma_excess_error(complete, probed)
     df[["karma_excess_error", "karma_excess_error_min", "karma_excess_error_max"]] = excess or (float("nan"),) * 3
-    tested, wrong = order_disagreements(complete, expected)
+    # the order the model gives at the repeat's speed, against the measured steps brought to that speed as the
+    # model sees it (a step the probe saw 5% slow is not 5% slower in the order)
+    at_repeat_speed = {name: [t * e[name] / p[name] for t, e, p in zip(times, expected, probed, strict=True)]
+                       for name, times in complete.items()}
+    tested, wrong = order_disagreements(at_repeat_speed, expected)
     df["order_pairs_tested"], df["order_disagreements"] = tested, "; ".join(wrong)
     return expected
 

@@ -126,7 +126,9 @@ def test_a_step_the_speed_probe_saw_slower_is_judged_at_its_own_speed():
         df = pd.DataFrame({"strategy": list(plans), "predicted_s": [predict(1.0)[n] for n in plans]})
         results = {name: {"times": [t], **({"probes": [0.01 * probes[name]]} if probes else {})}
                    for name, t in measured.items()}
-        _relative_accuracy(df, results, 1, predict)
+        expected = _relative_accuracy(df, results, 1, predict)
+        # the speedups are given at the repeat's one speed, the probes' moments left out
+        assert expected[0] == pytest.approx(predict(1.0))
         return dict(zip(df.strategy, df.measured_over_predicted_rel, strict=True)), df.speed_probe_spread.iloc[0]
 
     rel, spread = judged(slowness)
