@@ -14,15 +14,13 @@ below its prediction, which a uniform scale of every plan's prediction cannot te
 which the median over the strategies of measured / predicted is 1: the drift, in the model's own
 terms. Each strategy's step is then judged against its prediction at that speed
 (karma/runtime/emulation.py), and KARMA's predicted speedups are given at it too. The link's
-bandwidth is the one rate held fixed. Within a repeat the speed moves too, by 10-30% within seconds:
-each step is bracketed by a speed probe (karma/runtime/rates.py, SpeedProbe), and a strategy is
-predicted at the repeat's factor times its probe over the repeat's median probe.
+bandwidth is the one rate held fixed.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 
 from karma.core.hardware import Hardware
@@ -51,44 +49,30 @@ def at_speed(profile: Profile, hw: Hardware, factor: float) -> tuple[Profile, Ha
 
 
 def predictor(profile: Profile, hw: Hardware, capacity: float, plans: dict[str, Plan]) -> Callable:
-    """predict(factor, names=None) -> {strategy: simulated seconds at that speed}, every strategy's or those
-    `names`, memoised per factor and strategy."""
-    memo: dict[tuple[float, str], float] = {}
+    """predict(factor) -> {strategy: simulated seconds at that speed}, memoised per factor."""
+    memo: dict[float, dict[str, float]] = {}
 
-    def predict(factor: float, names: Iterable[str] | None = None) -> dict[str, float]:
-        wanted = list(plans if names is None else names)
-        missing = [name for name in wanted if (factor, name) not in memo]
-        if missing:
+    def predict(factor: float) -> dict[str, float]:
+        if factor not in memo:
             p, h = at_speed(profile, hw, factor)
-            for name in missing:
-                memo[factor, name] = simulate(p, plans[name], h, capacity, record=False).makespan
-        return {name: memo[factor, name] for name in wanted}
+            memo[factor] = {name: simulate(p, plan, h, capacity, record=False).makespan
+                            for name, plan in plans.items()}
+        return memo[factor]
 
     return predict
 
 
-def predict_probed(predict: Callable, factor: float, relative: dict[str, float] | None) -> dict[str, float]:
-    """Every strategy's prediction at `factor` times its own `relative` speed (its speed probe over the repeat's,
-    karma/runtime/emulation.py); without `relative`, all at `factor`."""
-    if not relative:
-        return predict(factor)
-    return {name: predict(factor * q, [name])[name] for name, q in relative.items()}
-
-
-def fit_speed(predict: Callable, measured: dict[str, float], relative: dict[str, float] | None = None) -> float | None:
+def fit_speed(predict: Callable, measured: dict[str, float]) -> float | None:
     """The factor at which the median over the strategies of measured / predicted is 1 (every
     prediction grows with the factor, so the median falls: bisection on its log); None where no
     factor in [FASTEST, SLOWEST] gets there: strategies all bound by the link hardly move with the
     processor (the reach case's one plan that fits, swapping at 100 MB/s, needed 1.3-1.4 for a step
-    5% over its prediction), so their drift is not a speed, and the caller falls back to one scale.
-    With `relative` (per strategy, its speed probe over the repeat's median probe), each strategy is
-    predicted at the factor times its own: the machine's speed moved between the strategies' steps."""
+    5% over its prediction), so their drift is not a speed, and the caller falls back to one scale."""
     if not measured:
         return None
-    relative = {name: relative.get(name, 1.0) for name in measured} if relative else None
 
     def median_ratio(factor: float) -> float:
-        times = predict_probed(predict, factor, relative)
+        times = predict(factor)
         return statistics.median(measured[name] / times[name] for name in measured)
 
     lo, hi = FASTEST, SLOWEST

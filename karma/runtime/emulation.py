@@ -20,11 +20,11 @@ from karma.core.host_memory import keep_freed_memory
 from karma.plan.plan import Plan
 from karma.profile.profile import Profile
 from karma.runtime.attribution import step_terms
-from karma.runtime.drift import at_speed, fit_speed, predict_probed, predictor
+from karma.runtime.drift import at_speed, fit_speed, predictor
 from karma.runtime.execute import StepReport, make_optimizer, train_step
 from karma.runtime.ledger import DeviceOOM, Ledger
 from karma.runtime.link import EmulatedLink, emulated_label
-from karma.runtime.rates import Rates, SpeedProbe
+from karma.runtime.rates import Rates
 from karma.runtime.streamed import HostWeights
 from karma.sim.simulate import simulate
 from karma.strategies import get
@@ -129,26 +129,17 @@ def _spread(values: list[float]) -> tuple[float, float, float]:
 def measure(runner, plans: dict[str, Plan], repeats: int) -> dict[str, dict]:
     """Run every plan `repeats` times, interleaved: repeat r runs each plan once, the order rotated
     by r, so that a machine getting busier or quieter hits every plan alike. Per plan: {"times":
-    one per repeat (median of its timed steps), "probes": the processor's speed probe at those steps (seconds,
-    SpeedProbe; none for a runner of whole runs), "peak": the memory steps' peak, "wait": the most seconds a
+    one per repeat (median of its timed steps), "peak": the memory steps' peak, "wait": the most seconds a
     step's allocations waited for copies to the host (karma/runtime/ledger.py)} or {"error": the
     DeviceOOM}.
 
     A runner with `open(plan)` (EmulatedRunner) keeps each plan's session open: one memory step
-    (the warm-up) before the first repeat, `runner.steps` timed steps per repeat, each between two runs of
-    the speed probe, one memory step after the last. Any other runner (CudaRunner: a process per run, on a
-    device whose speed does not drift with its host's) runs whole per repeat.
-    "last" holds the last timed step (its time and timeline) and "last_probe" its probe, for
-    `_attribute_last_steps`."""
+    (the warm-up) before the first repeat, `runner.steps` timed steps per repeat, one memory step
+    after the last. Any other runner (CudaRunner: a process per run) runs whole per repeat.
+    "last" holds the last timed step (its time and timeline), for `_attribute_last_steps`."""
     names = list(plans)
-    out: dict[str, dict] = {name: {"times": [], "probes": [], "peak": 0.0, "wait": 0.0} for name in names}
+    out: dict[str, dict] = {name: {"times": [], "peak": 0.0, "wait": 0.0} for name in names}
     sessions = {}
-    probe = SpeedProbe() if hasattr(runner, "open") else None
-
-    def probed_step(session) -> tuple[StepReport, float]:
-        before = probe()
-        step = session.step(track=False)
-        return step, (before + probe()) / 2
 
     def fail(name, err):
         out[name] = {"error": err}
@@ -171,9 +162,7 @@ def measure(runner, plans: dict[str, Plan], repeats: int) -> dict[str, dict]:
                     continue
                 try:
                     if name in sessions:
-                        timed, probes = zip(*(probed_step(sessions[name]) for _ in range(runner.steps)), strict=True)
-                        out[name]["probes"].append(statistics.median(probes))
-                        out[name]["last_probe"] = probes[-1]
+                        timed = [sessions[name].step(track=False) for _ in range(runner.steps)]
                     else:
                         memory, timed = runner(plans[name])
                         out[name]["peak"] = max(out[name]["peak"], memory.peak_bytes)
@@ -197,18 +186,15 @@ def measure(runner, plans: dict[str, Plan], repeats: int) -> dict[str, dict]:
 
 def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int, predict) -> list[dict]:
     """Columns of the step-time accuracy within each repeat (karma/report/regress.py enforces them); returns,
-    per repeat, every planned strategy's expected time at that repeat's speed (without the probes: what KARMA's
-    predicted speedups are given at).
+    per repeat, every planned strategy's expected time at that repeat's speed.
 
     The profile is measured once, before the runs; on this shared machine the processor's speed drifts
     10-25% between then and a repeat (docs/machine.md), which moves the plans bound by compute, not those bound
     by the link (karma/runtime/drift.py). Per repeat, over the strategies that ran every repeat:
     `repeat_scale` is the median of measured / predicted (the drift, and any error common to every plan),
     `processor_speed` the compute speed factor at which that median is 1 (fit_speed), and
-    `measured_over_predicted_rel` each strategy's measured time over its prediction at that speed, times its
-    own speed probe over the repeat's median probe where the steps were probed (measure; the speed moves
-    within a repeat too, `speed_probe_spread` says by how much over the run): how well the model tells the
-    plans apart, which is what planning needs. Where no speed explains the repeat
+    `measured_over_predicted_rel` each strategy's measured time over its prediction at that speed: how well
+    the model tells the plans apart, which is what planning needs. Where no speed explains the repeat
     (plans all bound by the link), every prediction is scaled by `repeat_scale` instead. All as median,
     _min and _max over the repeats. `predict(factor)` gives every planned strategy's simulated time at a
     speed factor (drift.predictor)."""
@@ -219,49 +205,30 @@ def _relative_accuracy(df: pd.DataFrame, results: dict[str, dict], repeats: int,
     for column in columns + ("karma_excess_error", "karma_excess_error_min", "karma_excess_error_max"):
         df[column] = float("nan")
     df["order_pairs_tested"], df["order_disagreements"] = 0, ""
-    probes = [t for r in results.values() for t in r.get("probes", ())]
-    df["speed_probe_spread"] = max(probes) / min(probes) - 1 if probes else float("nan")
     if not complete or not repeats:
         return []
     base = predict(1.0)
-    expected, probed, scales, speeds = [], [], [], []
+    expected, scales, speeds = [], [], []
     for r in range(repeats):
         measured = {name: times[r] for name, times in complete.items()}
         scales.append(statistics.median(t / base[name] for name, t in measured.items()))
-        relative = _relative_speeds({name: results[name]["probes"][r] for name in complete
-                                     if len(results[name].get("probes", ())) == repeats})
-        speed = fit_speed(predict, measured, relative)
+        speed = fit_speed(predict, measured)
         if speed is None:
             expected.append({name: t * scales[-1] for name, t in base.items()})
-            probed.append(expected[-1])
         else:
             speeds.append(speed)
             expected.append(predict(speed))
-            probed.append(expected[-1] | predict_probed(predict, speed, relative))
     for name, times in complete.items():
-        rel = _spread([t / e[name] for t, e in zip(times, probed, strict=True)])
+        rel = _spread([t / e[name] for t, e in zip(times, expected, strict=True)])
         df.loc[df.strategy == name, list(columns[:3])] = rel
     df[list(columns[3:6])] = _spread(scales)
     if speeds:
         df[list(columns[6:])] = _spread(speeds)
-    excess = karma_excess_error(complete, probed)
+    excess = karma_excess_error(complete, expected)
     df[["karma_excess_error", "karma_excess_error_min", "karma_excess_error_max"]] = excess or (float("nan"),) * 3
-    # the order the model gives at the repeat's speed, against the measured steps brought to that speed as the
-    # model sees it (a step the probe saw 5% slow is not 5% slower in the order)
-    at_repeat_speed = {name: [t * e[name] / p[name] for t, e, p in zip(times, expected, probed, strict=True)]
-                       for name, times in complete.items()}
-    tested, wrong = order_disagreements(at_repeat_speed, expected)
+    tested, wrong = order_disagreements(complete, expected)
     df["order_pairs_tested"], df["order_disagreements"] = tested, "; ".join(wrong)
     return expected
-
-
-def _relative_speeds(probes: dict[str, float]) -> dict[str, float] | None:
-    """Each strategy's speed probe over the median of the repeat's (its processor's slowness relative to the
-    repeat's); None without probes."""
-    if not probes:
-        return None
-    middle = statistics.median(probes.values())
-    return {name: t / middle for name, t in probes.items()}
 
 
 def karma_excess_error(times: dict[str, list[float]], expected: list[dict[str, float]]) -> tuple | None:
@@ -309,16 +276,15 @@ def _attribute_last_steps(df: pd.DataFrame, profile: Profile, hw: Hardware, capa
                           results: dict[str, dict], predict) -> None:
     """Columns `<term>_measured_s` and `<term>_predicted_s` per strategy: its last timed step split into the
     terms of karma/runtime/attribution.py, beside its prediction at the processor speed of the last repeat
-    (drift.fit_speed over the strategies' last steps, each at its own speed probe; the profile's speed where
-    none explains them), so that drift does not read as a compute term's error."""
+    (drift.fit_speed over the strategies' last steps; the profile's speed where none explains them), so that
+    drift does not read as a compute term's error."""
     last = {name: r["last"] for name, r in results.items() if "error" not in r and "last" in r}
     df["terms_processor_speed"] = float("nan")
     if not last:
         return
-    relative = _relative_speeds({name: results[name]["last_probe"] for name in last if "last_probe" in results[name]})
-    speed = fit_speed(predict, {name: step.time for name, step in last.items()}, relative) or 1.0
+    speed = fit_speed(predict, {name: step.time for name, step in last.items()}) or 1.0
+    fast_profile, fast_hw = at_speed(profile, hw, speed)
     for name, step in last.items():
-        fast_profile, fast_hw = at_speed(profile, hw, speed * (relative or {}).get(name, 1.0))
         sim = simulate(fast_profile, plans[name], fast_hw, capacity)  # its makespan: a time even past capacity
         mine, theirs = step_terms(step.timeline, step.time), step_terms(sim.timeline, sim.makespan)
         for term, slug in TERM_SLUGS.items():

@@ -6,8 +6,6 @@ the device's memory bandwidth (the device optimizer step) and the host optimizer
 
 * link: pinned copies on CUDA, each direction apart (an H200's d2h is not its h2d); on the CPU
   the emulated link, whose bandwidth is set, not measured (docs/design.md, Measured versus simulated);
-* the processor's speed of the moment (SpeedProbe): a fixed piece of work timed on the compute thread right
-  before and after each measured step, so that a step is judged at the speed it ran at;
 * optimizer steps: the chain's own optimizer (karma/runtime/optim.py) stepping weights of the chain's
   own shapes (measure_update): the host's updates block by block on a host thread with as many
   intra-op threads as HostWeights gets (one on the emulated device, the cores a GPU's host can spare
@@ -48,32 +46,6 @@ class Rates:
         return (f"link h2d {self.h2d / 1e9:.3g} GB/s, d2h {self.d2h / 1e9:.3g} GB/s ({self.link}); "
                 f"{device} {self.memory_bw / 1e9:.3g} GB/s, host optimizer {self.host_update / 1e9:.3g} GB/s "
                 f"(measured)")
-
-
-class SpeedProbe:
-    """A fixed piece of work timed on the calling thread: how fast the processor is at that moment. This shared
-    machine's single-thread speed moves by 10-30% within seconds, a matrix product alone included
-    (docs/machine.md), so strategies measured one after the other in a repeat ran at different speeds; the
-    probe, run right before and after each measured step, tells how much (karma/runtime/emulation.py). Its work
-    is one matrix product (the compute-bound part of a step: convolutions, GEMMs) and an elementwise pass over
-    8 MB (the memory-bound part), under 10 ms in all, a few percent of a step. The tensors are made once, so
-    that the probe itself allocates nothing (keep_freed_memory)."""
-
-    def __init__(self):
-        generator = torch.Generator().manual_seed(0)
-        self._a = torch.randn(512, 1024, generator=generator)
-        self._b = torch.randn(1024, 512, generator=generator)
-        self._product = torch.empty(512, 512)
-        self._x = torch.randn(1 << 20, generator=generator)
-        self._y = torch.zeros(1 << 20)
-
-    def __call__(self) -> float:
-        """Seconds the work takes now."""
-        start = time.perf_counter()
-        torch.mm(self._a, self._b, out=self._product)
-        for _ in range(4):
-            torch.add(self._y, self._x, out=self._y)
-        return time.perf_counter() - start
 
 
 def _probe_weights(shapes: list[list[torch.Size]]) -> list[list[torch.nn.Parameter]]:

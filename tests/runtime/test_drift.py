@@ -102,38 +102,3 @@ def test_the_measured_order_is_tested_where_the_prediction_is_further_apart_than
     assert tested == 1 and len(wrong) == 1 and wrong[0].startswith("x / y predicted 0.833")
     times["y"] = [1.15, 1.2, 1.25]
     assert order_disagreements(times, expected) == (1, [])
-
-
-def test_a_step_the_speed_probe_saw_slower_is_judged_at_its_own_speed():
-    """The processor's speed moves within a repeat (karma/runtime/rates.py, SpeedProbe): a strategy whose step
-    ran while the machine was 20% slower, as its probe says, is on its prediction at that speed and not 20%
-    over it; without probes it reads as a 20% error of the model. A probe that saw no change changes nothing."""
-    unit = make_unit(forward_time=0.01, backward_time=0.02, saved_bytes=int(1e6), recompute_extra_time=0.001)
-    profile = Profile("m", "small", 1, "measured", "cpu", "sgd", (unit,) * 4)
-    hw = load("v100-abci")
-
-    def plan(name, recomputed):
-        blocks = tuple(Block(i, i + 1, "recompute" if i < recomputed else "keep") for i in range(4))
-        return unchecked(model="m", batch=1, units=4, blocks=blocks, weights="resident", prefetch_depth=1,
-                         strategy=name)
-
-    plans = {"a": plan("a", 0), "b": plan("b", 2), "c": plan("c", 3)}
-    predict = predictor(profile, hw, float("inf"), plans)
-    slowness = {"a": 1.0, "b": 1.0, "c": 1.2}
-    measured = {name: predict(f)[name] for name, f in slowness.items()}
-
-    def judged(probes):
-        df = pd.DataFrame({"strategy": list(plans), "predicted_s": [predict(1.0)[n] for n in plans]})
-        results = {name: {"times": [t], **({"probes": [0.01 * probes[name]]} if probes else {})}
-                   for name, t in measured.items()}
-        expected = _relative_accuracy(df, results, 1, predict)
-        # the speedups are given at the repeat's one speed, the probes' moments left out
-        assert expected[0] == pytest.approx(predict(1.0))
-        return dict(zip(df.strategy, df.measured_over_predicted_rel, strict=True)), df.speed_probe_spread.iloc[0]
-
-    rel, spread = judged(slowness)
-    assert rel == pytest.approx({"a": 1.0, "b": 1.0, "c": 1.0}, abs=1e-6)
-    assert spread == pytest.approx(0.2)
-    rel, spread = judged(None)
-    assert rel["c"] == pytest.approx(1.2, abs=1e-6) and math.isnan(spread)
-    assert judged({"a": 1.0, "b": 1.0, "c": 1.0})[0]["c"] == pytest.approx(1.2, abs=1e-6)

@@ -20,8 +20,6 @@ with logged(sm):
     worst = (ran.measured_over_predicted - 1).abs().max() if len(ran) else float("nan")
     within = (ran.measured_over_predicted_rel - 1).abs().max() if len(ran) else float("nan")
     scales = table.groupby("model", sort=False).repeat_scale.first()
-    probes = (table.groupby("model", sort=False).speed_probe_spread.first().dropna()
-              if "speed_probe_spread" in table else pd.Series(dtype=float))
     peak_worst = (ran.peak_measured_over_predicted - 1).abs().max() if len(ran) else float("nan")
     text = markdown_report("The performance model against the runtime (this machine, emulated device)", [
         "Each strategy is planned on a measured profile of the small preset (for the capacity less 5%",
@@ -29,12 +27,9 @@ with logged(sm):
         "and link (measured). The runtime's peak counts every tensor the step creates until it dies, plus",
         "weights, optimizer state and prefetched copies.",
         "",
-        "Worst |measured / predicted - 1| of the step time within its repeat (predicted at the processor's speed "
-        "in that repeat, the speed at which their median is 1: columns processor_speed, karma/runtime/drift.py, "
-        "as drift moves compute and not the link; each step at its own speed probe relative to the repeat's, "
-        "as the speed moves within a repeat too, over each model's run by: "
-        + ", ".join(f"{model} {spread:.0%}" for model, spread in probes.items())
-        + f" (column speed_probe_spread); columns measured_over_predicted_rel): {within:.3f} (target "
+        f"Worst |measured / predicted - 1| of the step time within its repeat (predicted at the processor's speed "
+        f"in that repeat, the speed at which their median is 1: columns processor_speed, karma/runtime/drift.py, "
+        f"as drift moves compute and not the link; columns measured_over_predicted_rel): {within:.3f} (target "
         f"{STEP_TIME_TARGET}); the repeats' scale, the median of measured / predicted at the profile's speed "
         f"(columns repeat_scale), per model: "
         + ", ".join(f"{model} {scale:.3f}" for model, scale in scales.items())
