@@ -12,8 +12,9 @@ backward less the plain forward is what a recompute costs beyond the forward, as
 the last unit of its segment (UnitProfile.recompute_extra_time; checkpoint's early
 stop skips a tail nobody saved, so it may be negative). Inside a segment the next
 unit saves the output, so it is made again: a second pair of runs ends in an op
-that saves each output tensor (x * x, in both runs, so that its own costs cancel)
-and gives recompute_inner_extra_time.
+that saves each output tensor (x * x, in both runs) and gives recompute_inner_extra_time:
+the checkpointed backward makes that op again too, so the forward taken off is the one
+with the op, and the op's own costs cancel.
 
 One unit's premium is a difference of noisy passes, within its own noise (a few repeats move it by
 a fifth of a forward), and the planner picks the plans whose recompute looks cheapest, noise
@@ -100,8 +101,9 @@ def time_unit(unit, x, loss, target, device: torch.device, reps: int, warmup: in
                 t.grad = None
             times.append(_timed_pass(run, device))
         if r >= warmup:
-            (f, b), (_, b_last), (_, b_held), (_, b_inner) = times
-            samples.append((f, b, b_last - b - f, b_inner - b_held - f))
+            (f, b), (_, b_last), (f_held, b_held), (_, b_inner) = times
+            # inside a segment the recompute makes the saving op (x * x) again too: less the forward with it
+            samples.append((f, b, b_last - b - f, b_inner - b_held - f_held))
     times = _estimate(samples[::2] if holdout else samples)
     return UnitTimes(*times, forward_spread=_half_range([s[0] for s in samples]),
                      backward_spread=_half_range([s[1] for s in samples]),

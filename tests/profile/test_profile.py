@@ -11,6 +11,7 @@ from karma.core.errors import KarmaError
 from karma.core.hardware import load
 from karma.core.storages import storage_key
 from karma.plan.coarsen import merge
+from karma.profile import measured
 from karma.profile.analytic import analytic_profile
 from karma.profile.chain import UnitTimes
 from karma.profile.measured import consistent_extra, measured_profile, pooled_premiums, time_unit
@@ -228,6 +229,21 @@ def test_a_measured_recompute_is_the_runtimes_checkpointed_forward_inside_the_ba
     assert unit.calls == 3 * 6
     assert unit.bn.num_batches_tracked.item() == 3 * 4
     assert fwd > 0 and bwd > 0 and last >= -fwd and inner >= -fwd
+
+
+def test_the_inner_premium_leaves_out_the_saving_ops_own_recompute(monkeypatch):
+    """The inner premium is timed on a unit followed by an op that saves its output (x * x), plain and
+    checkpointed: the checkpointed backward makes that op again too, so its forward is taken off with the unit's.
+    A scripted timer (seconds per pass: plain, checkpointed, with the op, with the op checkpointed), whose
+    recompute costs the unit's forward plus 0.5 s as the last unit and plus 0.25 s inside, and whose op costs 1 s
+    forward and backward: the premiums come out 0.5 and 0.25, not 1.25 (the op's forward counted as premium)."""
+    forward, backward, op, last, inner = 4.0, 8.0, 1.0, 0.5, 0.25
+    passes = [(forward, backward), (forward, backward + forward + last),
+              (forward + op, backward + op), (forward + op, backward + op + forward + op + inner)]
+    calls = iter(range(10**6))
+    monkeypatch.setattr(measured, "_timed_pass", lambda run, device: passes[next(calls) % 4])
+    times = time_unit(_Counted(), torch.randn(8, 4), None, None, torch.device("cpu"), reps=3, warmup=1)
+    assert (times.recompute_extra, times.recompute_inner_extra) == pytest.approx((last, inner))
 
 
 @pytest.mark.parametrize("differences, expected", [
