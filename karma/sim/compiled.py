@@ -561,7 +561,6 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
         if streamed and depth and k + depth < nb:  # issued as the block's forward starts, before its frees
             weights_up_end[k + depth] = _upload(fs, ist, ev, qh2d, k + depth, _start_at(fs, COMPUTE, ready), uses,
                                                 h2d_bw)
-        first = True
         for i in range(starts[k], stops[k]):
             keep = own[i] if policy[k] != RECOMPUTE else 0.0
             start, t = _op(fs, ist, ev, COMPUTE, k, ready, fwd[i], own[i] + workspace[i],
@@ -569,17 +568,14 @@ def _iteration(uf, wprefix, size, index, bounds, codes, sc, fl):
             f_start[i] = start
             f_end[i] = t
             ready = t
-            if first:
-                first = False
-                if policy[k] == RECOMPUTE and host_ckpt[k] != 0:
-                    _, ckpt_out_end[k] = _op(fs, ist, ev, qd2h, k, start, ckpt[k] / d2h_bw, 0.0, mem_ckpt[k],
-                                                 nan)
         if streamed:
             _release(ev, ist, t, uses[k], k, t == fs[_CSTART])
         if k > 0 and mem_borrowed[k] != 0.0:
             _release(ev, ist, max(t, swap_out_end[k - 1]), mem_borrowed[k], k, False)
         if policy[k] == SWAP:
             _, swap_out_end[k] = _op(fs, ist, ev, qd2h, k, t, act[k] / d2h_bw, 0.0, mem_out[k], nan)
+        elif policy[k] == RECOMPUTE and host_ckpt[k] != 0:
+            _, ckpt_out_end[k] = _op(fs, ist, ev, qd2h, k, t, ckpt[k] / d2h_bw, 0.0, mem_ckpt[k], nan)
     forward_end = t
 
     # backward

@@ -52,8 +52,10 @@ block's copy (freed once that copy and the later block's forward are over),
 back with the later block's prefetch (which runs first in the backward), and
 held until the earlier block's backward. Elsewhere it is counted in both
 (conservative by at most one boundary activation per block boundary).
-The forward of block b waits for the copies to the host (swap-outs and
-checkpoint offloads, as the runtime does) of blocks up to b-depth (depth 1:
+A block's copy to the host (its swapped activations, or its checkpoint on the
+host) is issued when its forward ends, as the runtime copies out what the block
+saved once its forward is over (karma/runtime/execute.py). The forward of block b
+waits for the copies to the host of blocks up to b-depth (depth 1:
 the previous block's copy must be done, vDNN's per-layer synchronisation;
 deeper: more copies in flight), and the prefetches of block
 b are issued when the backward of block b+depth starts (depth 0: when block b's own
@@ -235,7 +237,6 @@ def _forward(it: _Iteration) -> None:
         if it.streamed and depth and k + depth < nb:
             # issued as the block's forward starts: before that forward's frees, even when it takes no time
             weights_up_end[k + depth] = it.upload(k + depth, s.start_at("compute", ready))
-        first = True
         for i in range(b.start, b.stop):
             u = units[i]
             keep = by.own[i] if b.policy != "recompute" else 0.0
@@ -243,17 +244,15 @@ def _forward(it: _Iteration) -> None:
                             alloc=by.own[i] + by.workspace[i], free=by.workspace[i] + by.own[i] - keep)
             it.times.forward[i] = (start, t)
             ready = t
-            if first:
-                first = False
-                if b.policy == "recompute" and b.checkpoint == "host":
-                    it.ckpt_out_end[k] = s.op("d2h", "offload checkpoint", k, start, by.ckpt[k] / hw.d2h_bw,
-                                              free=by.mem_ckpt[k])[1]
         if it.streamed:
             s.release(t, by.uses[k], k, after_allocs=t == s.compute_start)
         if k and by.mem_borrowed[k]:  # the input it shares with the swapped block before: gone once both let go
             s.release(max(t, it.swap_out_end[k - 1]), by.mem_borrowed[k], k)
         if b.policy == "swap":
             it.swap_out_end[k] = s.op("d2h", "swap out", k, t, by.act[k] / hw.d2h_bw, free=by.mem_out[k])[1]
+        elif b.policy == "recompute" and b.checkpoint == "host":  # what the block saved goes once it is over
+            it.ckpt_out_end[k] = s.op("d2h", "offload checkpoint", k, t, by.ckpt[k] / hw.d2h_bw,
+                                      free=by.mem_ckpt[k])[1]
     it.forward_end = t
 
 
