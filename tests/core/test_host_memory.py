@@ -36,4 +36,6 @@ def faults(mode: str) -> int:
 def test_a_freed_block_is_reused_without_faulting_its_pages_in_again():
     pages = 2 * 68 * 2**20 // resource.getpagesize()  # two rounds'
     assert faults("keep") < pages / 3  # alignment leaves a block or two unfit for reuse
-    assert faults("default") > pages / 2  # glibc's default gives it back: the test can fail
+    # glibc's default gives back at least the 32 MB block (at its largest mmap threshold on 64 bits, so always
+    # mapped anew) in both rounds; the smaller ones depend on its adaptive thresholds (16-20 k faults in all)
+    assert faults("default") >= 2 * 32 * 2**20 // resource.getpagesize()
