@@ -28,7 +28,9 @@ each (metric, kind, value, min, max, target, note):
 * ``accuracy``: measured / predicted (step time, peak, the data-parallel naive/pipelined
   ratio). A step time is judged within its repeat (karma/runtime/emulation.py, _relative_accuracy):
   each strategy's time over its prediction at the processor's speed in that repeat (STEP_TIME_TARGET;
-  the speed at which the median of these is 1, karma/runtime/drift.py), and the repeat's median of
+  the speed at which the median of these is 1, karma/runtime/drift.py), KARMA's error less the median
+  baseline's (KARMA_EXCESS_TARGET above, none below: the planner's pick must not be where the model is
+  most optimistic), and the repeat's median of
   measured / predicted, the scale (STEP_SCALE_TARGET, wider: the machine's drift since the profile
   was measured moves it), so that drift is not read as a model error and an error on every plan
   alike still fails. The target the tables print (column target) must hold whatever the reference
@@ -62,14 +64,13 @@ MEASURED_FLOOR = 0.10
 #: A predicted ratio within a factor 1 + this of 1 is a tie as far as a measured sign can tell
 #: (docs/machine.md: the upper end of the 10-25% noise on small measured ratios)
 MEASURED_NOISE = 0.25
-STEP_TIME_TARGET = 0.15  # |measured / predicted - 1| of a runtime step within its repeat (measured_vs_predicted)
-#: The targets the model is working towards, reported beside each run and not yet enforced: every step within
-#: this of its prediction in its repeat, and KARMA's error at most KARMA_EXCESS_TARGET above the median baseline's
-#: (the plan a search picks must not be predicted worse than the fixed rules' plans); the measured order of the
-#: strategies is reported with them. Not every run on this machine meets them yet (docs/measurements/README.md),
-#: so enforcing them would fail CI on the model's remaining error.
-STEP_TIME_GOAL = 0.05
+#: |measured / predicted - 1| of a runtime step within its repeat (measured_vs_predicted), in the closest repeat
+STEP_TIME_TARGET = 0.05
+#: KARMA's |measured / predicted - 1| less the median baseline's, in the closest repeat: the plan a search picks
+#: must not be predicted worse than the fixed rules' plans (the optimizer's curse, docs/profiles.md)
 KARMA_EXCESS_TARGET = 0.02
+#: of the absolute step (reported): the drift since the profile, which the within-repeat rows take out
+STEP_ABSOLUTE_TARGET = 0.15
 #: of a repeat's scale, the median of measured / predicted over its strategies: the drift of this shared machine
 #: between the profile and the repeat (docs/machine.md: 10-25%) and any error the model makes on every plan alike
 STEP_SCALE_TARGET = 0.30
@@ -113,7 +114,7 @@ def _runtime_rows(runtime: pd.DataFrame) -> list[tuple]:
             note = "" if ran else f"{r.strategy}: {r.status}"
             rows.append((f"runtime/{model}/{r.strategy}/step_measured_over_predicted", "reported",
                          _get(r, "measured_over_predicted"), _get(r, "measured_s_min") / _get(r, "predicted_s"),
-                         _get(r, "measured_s_max") / _get(r, "predicted_s"), STEP_TIME_TARGET, nan,
+                         _get(r, "measured_s_max") / _get(r, "predicted_s"), STEP_ABSOLUTE_TARGET, nan,
                          note or "absolute: with the drift since the profile; the _within_repeat row is enforced"))
             rows.append((f"runtime/{model}/{r.strategy}/step_over_predicted_within_repeat", "accuracy",
                          _get(r, "measured_over_predicted_rel"), _get(r, "measured_over_predicted_rel_min"),
@@ -142,11 +143,10 @@ def _runtime_rows(runtime: pd.DataFrame) -> list[tuple]:
 
 
 def _ranking_rows(model: str, table: pd.DataFrame) -> list[tuple]:
-    """Reported beside each run, towards the goals (STEP_TIME_GOAL, KARMA_EXCESS_TARGET): KARMA's excess error
-    over the median baseline's (value 1 + excess, per repeat), whether every step came within STEP_TIME_GOAL of
-    its prediction in some repeat (1 or 0), and whether the pairs of strategies whose predicted margin exceeds
-    their measured spread measured in the predicted order (1 or 0; karma/runtime/emulation.py). Absent from a
-    table written before they existed."""
+    """KARMA's excess error over the median baseline's (value 1 + excess, per repeat; enforced, at most
+    KARMA_EXCESS_TARGET in the closest repeat), and, reported, whether the pairs of strategies whose predicted
+    margin exceeds their measured spread measured in the predicted order (1 or 0; karma/runtime/emulation.py).
+    Absent from a table written before they existed."""
     nan = float("nan")
     if "order_pairs_tested" not in table:
         return []
@@ -156,19 +156,9 @@ def _ranking_rows(model: str, table: pd.DataFrame) -> list[tuple]:
     rows = []
     excess = [1 + _get(first, c) for c in ("karma_excess_error", "karma_excess_error_min", "karma_excess_error_max")]
     if not math.isnan(excess[0]):  # KARMA and at least one baseline ran every repeat
-        met = excess[1] <= 1 + KARMA_EXCESS_TARGET
-        rows.append((f"runtime/{model}/karma/excess_error_over_median_baseline", "reported", *excess,
-                     KARMA_EXCESS_TARGET, nan, f"KARMA's |measured / predicted - 1| less the median baseline's, per "
-                     f"repeat; goal: at most {KARMA_EXCESS_TARGET} in some repeat ({'met' if met else 'missed'})"))
-    steps = table[table["measured_over_predicted_rel_min"].notna()] if "measured_over_predicted_rel_min" in table \
-        else table.iloc[:0]
-    closest = [min(abs(r.measured_over_predicted_rel_min - 1), abs(r.measured_over_predicted_rel_max - 1))
-               if (r.measured_over_predicted_rel_min - 1) * (r.measured_over_predicted_rel_max - 1) > 0 else 0.0
-               for r in steps.itertuples()]
-    missed = [r.strategy for r, c in zip(steps.itertuples(), closest, strict=True) if c > STEP_TIME_GOAL]
-    rows.append((f"runtime/{model}/steps_within_goal", "reported", float(not missed), nan, nan, STEP_TIME_GOAL, nan,
-                 f"every step within {STEP_TIME_GOAL} of its prediction in some repeat"
-                 + (f"; not: {', '.join(missed)}" if missed else "")))
+        rows.append((f"runtime/{model}/karma/excess_error_over_median_baseline", "accuracy", *excess,
+                     KARMA_EXCESS_TARGET, nan, "KARMA's |measured / predicted - 1| less the median baseline's, per "
+                     "repeat (below: KARMA's error the smaller)"))
     wrong = first.order_disagreements if isinstance(first.order_disagreements, str) else ""
     tested = int(_get(first, "order_pairs_tested")) if not math.isnan(_get(first, "order_pairs_tested")) else 0
     rows.append((f"runtime/{model}/measured_order_agrees", "reported", 0.0 if wrong else 1.0, nan, nan, nan, nan,
@@ -358,7 +348,9 @@ def verdict(row) -> tuple[str, str]:
     if kind == "accuracy":
         if math.isnan(now):
             return "FAILED", note or "not measured"
-        below = PEAK_BELOW_TARGET if str(row.metric).endswith("peak_measured_over_predicted") else None
+        metric = str(row.metric)
+        below = (PEAK_BELOW_TARGET if metric.endswith("peak_measured_over_predicted")
+                 else math.inf if metric.endswith("excess_error_over_median_baseline") else None)
         found, why = _accuracy_verdict(now, row.min_now, row.max_now, row.target_now, below)
         return found, "; ".join(w for w in (why, note) if w)
     if kind == "check":

@@ -297,16 +297,18 @@ def test_a_baseline_measured_out_of_memory_fails_strict(recorded):
 
 
 @pytest.mark.parametrize("change, expected", [
-    # every repeat's step off its 0.15 target within the repeat
+    # every repeat's step off its 0.05 target within the repeat
     ({"measured_over_predicted_rel": 1.2, "measured_over_predicted_rel_min": 1.17}, 1),
     ({"measured_over_predicted_rel": 1.2}, 0),  # the median off it, the least disturbed repeat (0.98) within
     ({"measured_over_predicted": 1.3, "measured_s_min": 1.25}, 0),  # absolute: reported, not enforced
     ({"repeat_scale": 1.4, "repeat_scale_min": 1.35, "repeat_scale_max": 1.5}, 1),  # every plan 35% slow
     ({"peak_measured_over_predicted": 1.07}, 1),  # peak above its prediction by more than 0.05
     ({"measured_over_predicted_rel": 1.12, "peak_measured_over_predicted": 1.03}, 0),
-    # the goals are reported, not enforced: a step 6% off, KARMA 3% worse than the median baseline, an order
-    ({"measured_over_predicted_rel": 1.06, "measured_over_predicted_rel_min": 1.051}, 0),
-    ({"karma_excess_error": 0.04, "karma_excess_error_min": 0.03, "karma_excess_error_max": 0.05}, 0),
+    # a step 5.1% off in its closest repeat; KARMA's error 3% over the median baseline's in every repeat, and
+    # 5-12% under it (fine: only KARMA's plan predicted worse fails); the measured order is reported only
+    ({"measured_over_predicted_rel": 1.06, "measured_over_predicted_rel_min": 1.051}, 1),
+    ({"karma_excess_error": 0.04, "karma_excess_error_min": 0.03, "karma_excess_error_max": 0.05}, 1),
+    ({"karma_excess_error": -0.1, "karma_excess_error_min": -0.12, "karma_excess_error_max": -0.05}, 0),
     ({"order_disagreements": "karma / vdnn predicted 0.500, measured 1.100"}, 0),
 ])
 def test_printed_targets_are_enforced(recorded, change, expected):
@@ -365,20 +367,18 @@ def test_the_reach_cases_rows_are_enforced_like_the_others():
     assert verdicts["resnet50-layer"] == verdicts["resnet50"]
 
 
-@pytest.mark.parametrize("change, rows", [
-    ({}, {"runtime/m/karma/excess_error_over_median_baseline": "(met)", "runtime/m/steps_within_goal": "some repeat",
-          "runtime/m/measured_order_agrees": "1 pairs"}),
-    ({"karma_excess_error": 0.04, "karma_excess_error_min": 0.03, "measured_over_predicted_rel_min": 1.06,
-      "measured_over_predicted_rel_max": 1.08, "order_disagreements": "karma / vdnn predicted 0.500, measured 1.100"},
-     {"runtime/m/karma/excess_error_over_median_baseline": "(missed)", "runtime/m/steps_within_goal": "not: ",
-      "runtime/m/measured_order_agrees": "measured in the other order: karma / vdnn"}),
+@pytest.mark.parametrize("change, order", [
+    ({}, "1 pairs"),
+    ({"order_disagreements": "karma / vdnn predicted 0.500, measured 1.100"},
+     "measured in the other order: karma / vdnn"),
 ])
-def test_the_goals_are_reported_beside_each_run(tmp_path, change, rows):
+def test_karmas_excess_error_is_enforced_and_the_measured_order_reported_beside_each_run(tmp_path, change, order):
     results = tmp_path / "results"
     runtime = [dict(r) for r in RUNTIME]
     for row in runtime[1:]:
         row.update(change)
     write_results(results, runtime)
     table = collect(results).set_index("metric")
-    for metric, words in rows.items():
-        assert table.loc[metric, "kind"] == "reported" and words in table.loc[metric, "note"]
+    assert table.loc["runtime/m/karma/excess_error_over_median_baseline", "kind"] == "accuracy"
+    assert table.loc["runtime/m/measured_order_agrees", "kind"] == "reported"
+    assert order in table.loc["runtime/m/measured_order_agrees", "note"]
