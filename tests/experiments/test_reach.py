@@ -175,6 +175,7 @@ def test_markdown_says_simulated_and_their_hardware(tmp_path):
     assert (tmp_path / "reach.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow  # an end-to-end run of 9-15 s: CI's slow step (README, Tests and CI)
 def test_a_model_spec_is_searched_with_its_units_cut_once():
     """A U-Net (models/auto_chain.py cuts it at boundaries of several tensors) keeps its units at every batch,
     so the search's plans carry from one batch to another; the batch past each reach does not fit."""

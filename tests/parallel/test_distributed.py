@@ -82,6 +82,7 @@ def test_a_global_batch_the_ranks_cannot_share_is_one_line_per_rank(tmp_path):
     assert not (tmp_path / "never.pt").exists()
 
 
+@pytest.mark.slow  # an end-to-end run of 9-15 s: CI's slow step (README, Tests and CI)
 def test_validation_against_the_model_writes_both_orders(tmp_path):
     out = tmp_path / "dp.csv"
     cmd = [str(MPIEXEC), "-n", "2", sys.executable, "-m", "karma.experiments.validate_data_parallel", MODEL,

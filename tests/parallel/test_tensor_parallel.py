@@ -58,6 +58,7 @@ def test_a_degree_that_does_not_divide_the_heads_is_one_line(tmp_path):
     assert not (tmp_path / "never.pt").exists()
 
 
+@pytest.mark.slow  # an end-to-end run of 9-15 s: CI's slow step (README, Tests and CI)
 def test_validation_against_the_cost_model_writes_both_layouts(tmp_path):
     out = tmp_path / "tp.csv"
     proc = launch(2, "karma.experiments.validate_tensor_parallel", "--size", "tiny", "--global-batch", "4",
