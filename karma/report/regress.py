@@ -72,11 +72,10 @@ STEP_TIME_TARGET = 0.05
 #: worse than the fixed rules' plans (the optimizer's curse, docs/profiles.md). Held over the measured models
 #: together: the median over the models of each one's closest repeat
 KARMA_EXCESS_TARGET = 0.02
-#: the standard deviation of one step's within-repeat error, measured over the baselines of eight pipeline runs on
-#: this machine (240 strategy-runs, three repeats each; docs/regression.md): a single step's noise
+#: the standard deviation of one step's within-repeat error on this machine, the baselines' (docs/regression.md)
 STEP_NOISE = 0.035
-#: KARMA's excess error on one model, in its closest repeat: the target above plus one step's noise, which one
-#: model's three single steps cannot tell from a bias of two points (a false alarm 0.04% per model, docs/regression.md)
+#: KARMA's excess error on one model, in its closest repeat: the target above plus one step's noise, as one
+#: model's three single steps cannot tell a bias of two points from noise (docs/regression.md)
 KARMA_EXCESS_MODEL_TARGET = KARMA_EXCESS_TARGET + STEP_NOISE
 #: of the absolute step (reported): the drift since the profile, which the within-repeat rows take out
 STEP_ABSOLUTE_TARGET = 0.15
