@@ -10,30 +10,18 @@ from hypothesis import HealthCheck, given, settings
 
 from karma.plan.space import Space
 from karma.planner.recompute_dp import Chain, solve
+from karma.planner.retile import static_bytes
 from karma.planner.search import INFEASIBLE, Search
-from tests.chains import chains
+from tests.chains import chains, tilings
 from tests.fuzz import examples
 
 
-def recompute_tilings(n: int):
+def recompute_tilings(n: int) -> set:
     """Every tiling of n units into kept units (one block each, as the program gives them) and recompute
     segments."""
-    for labels in itertools.product("KR", repeat=n):
-        runs = [(k, len(list(g))) for k, g in itertools.groupby(labels)]
-        per_run = []
-        start = 0
-        for kind, length in runs:
-            if kind == "K":
-                per_run.append([tuple((i, i + 1, "K") for i in range(start, start + length))])
-            else:  # every way to cut a run of recomputed units into segments
-                ways = []
-                for cuts in itertools.product((False, True), repeat=length - 1):
-                    edges = [start] + [start + j + 1 for j, c in enumerate(cuts) if c] + [start + length]
-                    ways.append(tuple((a, b, "R") for a, b in zip(edges, edges[1:], strict=False)))
-                per_run.append(ways)
-            start += length
-        for parts in itertools.product(*per_run):
-            yield tuple(block for part in parts for block in part)
+    return {tuple(piece for (a, b), kind in zip(tiling, kinds, strict=True)
+                  for piece in ([(i, i + 1, "K") for i in range(a, b)] if kind == "K" else [(a, b, "R")]))
+            for tiling in tilings(n) for kinds in itertools.product("KR", repeat=len(tiling))}
 
 
 @settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -44,8 +32,7 @@ def test_the_recompute_program_finds_the_simulators_fastest_recompute_plan(case)
     search = Search(profile, hw, capacity, Space(layouts=("resident",)))
     depth = search.space.first_depth
     best = min(search.cost((blocks, depth, "resident")) for blocks in recompute_tilings(n))
-    static = sum(u.buffer_bytes + u.param_bytes + u.optimizer_bytes for u in profile.units)
-    found = solve(Chain(profile), capacity - static)
+    found = solve(Chain(profile), capacity - static_bytes(search, "resident"))
     if best >= INFEASIBLE:
         assert found is None or search.cost((tuple(found), depth, "resident")) >= INFEASIBLE
         return
