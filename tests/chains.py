@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import replace
 
@@ -116,7 +117,7 @@ def adversarial_chains(draw, min_units: int = 1, max_units: int = 5):
     bw = st.one_of(st.floats(0.5e9, 5e9), st.floats(5e9, 200e9))
     hw = replace(V100, h2d_bw=draw(bw), d2h_bw=draw(bw), link_duplex=draw(st.sampled_from(["full", "half"])),
                  host_update_bw=draw(st.floats(1e9, 100e9)), memory_bw=draw(st.floats(50e9, 3000e9)))
-    plans = list(all_plans(n))
+    plans = plan_space(n)
     chosen = plans[draw(st.integers(0, len(plans) - 1))]
     peak = simulate(profile, chosen, hw, capacity=float("inf"), record=False).peak_bytes
     if draw(st.booleans()):
@@ -151,10 +152,17 @@ def all_plans(n: int, model: str = "random", batch: int = 1):
                                prefetch_depth=depth, optimizer=optimizer)
 
 
+@functools.cache
+def plan_space(n: int, model: str = "random", batch: int = 1) -> tuple[Plan, ...]:
+    """`all_plans` as a tuple, built once per (n, model, batch): a property test draws one plan of the space per
+    example, and listing it again each time (thousands of Plans at four units) was most of those tests' time."""
+    return tuple(all_plans(n, model, batch))
+
+
 def exhaustive_best(profile, hw, capacity):
     """(time, plan) of the fastest feasible plan in the whole plan space, or (None, None)."""
     best, best_plan = None, None
-    for plan in all_plans(len(profile.units), profile.model, profile.batch):
+    for plan in plan_space(len(profile.units), profile.model, profile.batch):
         result = simulate(profile, plan, hw, capacity, record=False)
         if result.feasible and (best is None or result.time < best):
             best, best_plan = result.time, plan

@@ -72,6 +72,7 @@ def plans(draw, policies=("keep", "swap")):
                                weights=draw(st.sampled_from(["resident", "streamed"])))
 
 
+@pytest.mark.slow  # real bf16 training of random plans: the recompute case below stays in the fast run
 @SETTINGS
 @given(plans(), st.booleans())
 def test_bf16_out_of_core_training_equals_plain_bf16_training_bitwise(case, host_updates):
@@ -235,6 +236,7 @@ def test_simulator_static_bytes_and_traffic_per_layout_in_mixed_precision(layout
         assert optimizer_traffic_bytes(2 * n, "adam", 12 * n) == 7 * 4 * n
 
 
+@pytest.mark.slow  # real bf16 steps of random plans, as its fp32 twin in tests/runtime
 @settings(max_examples=examples(6), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(keep_or_recompute_plan(tuple(MODELS)))
 def test_simulated_peak_within_5_percent_of_the_runtimes_in_bf16(case):

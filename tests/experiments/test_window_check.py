@@ -7,7 +7,7 @@ from karma.experiments.planner_cases import blame
 from karma.experiments.window_check import WindowCheck, check, joined, tilings, to_state
 from karma.plan.space import to_plan
 from karma.sim.simulate import simulate
-from tests.chains import all_plans, chains
+from tests.chains import chains, plan_space
 from tests.fuzz import examples
 
 SETTINGS = settings(max_examples=examples(15), deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -36,7 +36,7 @@ def test_a_window_over_the_whole_chain_finds_the_optimum_at_the_plans_depth_and_
     the one it was given."""
     profile, hw, capacity = case
     n = len(profile.units)
-    plans = list(all_plans(n, profile.model, profile.batch))
+    plans = plan_space(n, profile.model, profile.batch)
     plan = data.draw(st.sampled_from(plans))
     result = check(profile, hw, capacity, plan, width=n)
     given_s = simulate(profile, plan, hw, capacity, record=False)

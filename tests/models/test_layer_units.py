@@ -29,7 +29,7 @@ from karma.sim.bound import lower_bound
 from karma.sim.simulate import simulate
 from models import build
 from models.registry import build_original, chain_of
-from tests.chains import all_plans
+from tests.chains import plan_space
 from tests.fuzz import examples
 from tests.runtime.test_runtime import train_both
 
@@ -175,7 +175,7 @@ def test_no_plan_of_a_layer_window_beats_the_bound(small_profiles, start):
     hw = load("v100-abci")
     profile = window(small_profiles["resnet50"], start, start + 4)
     assert any(len(u.boundary_out) > 1 for u in profile.units)
-    plans = list(all_plans(len(profile.units), profile.model, profile.batch))
+    plans = plan_space(len(profile.units), profile.model, profile.batch)
     peaks = sorted({simulate(profile, p, hw, capacity=math.inf, record=False).peak_bytes for p in plans})
     for capacity in (peaks[0], peaks[len(peaks) // 4], peaks[len(peaks) // 2], peaks[-1]):
         bound = lower_bound(profile, hw, capacity)

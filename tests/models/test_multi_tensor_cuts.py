@@ -19,7 +19,7 @@ from karma.profile.analytic import analytic_profile
 from karma.sim.bound import lower_bound
 from karma.sim.simulate import in_core_peak_bytes, simulate
 from models.specs import build_pair
-from tests.chains import all_plans, exhaustive_best
+from tests.chains import exhaustive_best, plan_space
 from tests.fuzz import examples
 from tests.planner.test_planner import rivals
 
@@ -123,7 +123,7 @@ def test_no_plan_of_a_four_unit_chain_of_these_graphs_beats_the_bound(spec, data
     at a random plan's own peak or between the leanest plan and in-core: the exhaustive optimum over
     every plan the Plan type expresses is never below the bound."""
     prof = profile(spec, 4)
-    plans = list(all_plans(len(prof.units), prof.model, prof.batch))
+    plans = plan_space(len(prof.units), prof.model, prof.batch)
     chosen = plans[data.draw(st.integers(0, len(plans) - 1))]
     if data.draw(st.booleans()):
         capacity = simulate(prof, chosen, HW, capacity=math.inf, record=False).peak_bytes

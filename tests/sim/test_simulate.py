@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from karma.plan.plan import Block, Plan, from_policies
 from karma.profile.profile import Profile
 from karma.sim.simulate import optimizer_traffic_bytes, simulate
-from tests.chains import V100, adversarial_chains, all_plans, chains, make_unit
+from tests.chains import V100, adversarial_chains, chains, make_unit, plan_space
 from tests.fuzz import examples
 
 SETTINGS = settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck))
@@ -134,7 +134,7 @@ def test_no_link_is_so_fast_that_it_needs_more_memory_than_the_plan_was_checked_
     # (karma/sim/schedule.py's tie rule, conservative), which reorders with the link where no real op does
     profile = replace(profile, units=tuple(replace(u, forward_time=max(u.forward_time, 1e-6),
                                                    backward_time=max(u.backward_time, 1e-6)) for u in profile.units))
-    plans = [p for p in all_plans(len(profile.units)) if (p.weights, p.optimizer) == ("resident", "device")]
+    plans = [p for p in plan_space(len(profile.units)) if (p.weights, p.optimizer) == ("resident", "device")]
     plan = plans[data.draw(st.integers(0, len(plans) - 1))]
     # a million times faster, not infinitely: a copy of no duration would be such an op
     fast = replace(hw, h2d_bw=hw.h2d_bw * 1e6, d2h_bw=hw.d2h_bw * 1e6)
@@ -258,7 +258,7 @@ def test_an_op_of_no_duration_counts_no_less_memory_than_one_of_a_nanosecond(cas
     over the capacity pass (the bound's exhaustive test found one, 2026-12-04); counting more is only
     conservative, so the check is one-sided."""
     profile, hw, _ = case
-    plans = list(all_plans(len(profile.units)))
+    plans = plan_space(len(profile.units))
     plan = plans[data.draw(st.integers(0, len(plans) - 1))]
     nano = replace(profile, units=tuple(replace(u, forward_time=u.forward_time + 1e-9,
                                                 backward_time=u.backward_time + 1e-9) for u in profile.units))
