@@ -159,8 +159,15 @@ def simulate_layout(model: str, layout: Layout, hw: Hardware, size: str = "paper
     check_placement(layout.tp, hw)
 
     profile = shard_profile(model, size, layout.micro_batch, layout.tp, hw, layout.vocab_parallel, layout.precision)
-    return simulate_shard(profile, layout, lambda n: tp_allreduce_time(n, layout.tp, hw), dp_view(hw, layout.tp),
-                          spec(model).sizes[size]["hidden"], order)
+    timed, comm = _timed_shard(profile, layout.tp, hw, layout.vocab_parallel, spec(model).sizes[size]["hidden"])
+    return _simulate_timed(timed, comm, layout, dp_view(hw, layout.tp), order)
+
+
+@lru_cache(maxsize=256)
+def _timed_shard(profile: Profile, tp: int, hw: Hardware, vocab_parallel: bool, hidden: int) -> tuple[Profile, float]:
+    """`with_tp_comm` on `hw`'s links, once per shard, degree and machine: a layout search simulates the same
+    shard at every data-parallel degree, micro-batch count, recompute choice and ZeRO setting."""
+    return with_tp_comm(profile, tp, lambda n: tp_allreduce_time(n, tp, hw), vocab_parallel, hidden)
 
 
 def simulate_shard(profile: Profile, layout: Layout, allreduce, dp_hw: Hardware, hidden: int,
@@ -169,6 +176,11 @@ def simulate_shard(profile: Profile, layout: Layout, allreduce, dp_hw: Hardware,
     with ZeRO, simulate with data-parallel all-reduces on `dp_hw` (per block during the backward,
     or all after it with `order='naive'`)."""
     timed, comm = with_tp_comm(profile, layout.tp, allreduce, layout.vocab_parallel, hidden)
+    return _simulate_timed(timed, comm, layout, dp_hw, order)
+
+
+def _simulate_timed(timed: Profile, comm: float, layout: Layout, dp_hw: Hardware, order: str) -> LayoutResult:
+    """`simulate_shard` after the tensor-parallel all-reduces are in `timed` (`comm` seconds of them)."""
     if layout.zero:
         timed = replace(timed, units=tuple(replace(u, optimizer_bytes=u.optimizer_bytes // layout.dp)
                                            for u in timed.units))
