@@ -100,6 +100,7 @@ from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from karma.core.hardware import Hardware
+from karma.plan.plan import Block
 from karma.profile.profile import GradientBytes, Profile, backward_transient, input_gradient_bytes, storage_bytes_of
 from karma.sim.simulate import optimizer_traffic_bytes
 
@@ -361,17 +362,63 @@ class _Layout:
             raise RuntimeError(f"lower bound LP failed: {res.message}")
         return max(res.fun, 0.0)
 
-    def integral(self, nodes: int) -> float:
-        """HiGHS's dual bound after at most `nodes` branch-and-bound nodes (inf: proven infeasible)."""
+    def solve(self, nodes: int):
+        """HiGHS's result after at most `nodes` branch-and-bound nodes (scipy.optimize.milp's OptimizeResult)."""
         integrality = np.zeros(self.program.nv)
         integrality[: 2 * self.n] = 1
         integrality[5 * self.n + 2: 7 * self.n + 2] = 1  # where each recompute segment's checkpoint is
-        res = milp(self.c, integrality=integrality, bounds=Bounds(self.lower, self.upper),
-                   constraints=self.constraints, options={"node_limit": nodes})
+        return milp(self.c, integrality=integrality, bounds=Bounds(self.lower, self.upper),
+                    constraints=self.constraints, options={"node_limit": nodes})
+
+    def integral(self, nodes: int) -> float:
+        """HiGHS's dual bound after at most `nodes` branch-and-bound nodes (inf: proven infeasible)."""
+        res = self.solve(nodes)
         if res.status == 2:
             return math.inf
         dual = getattr(res, "mip_dual_bound", None)
         return max(dual, 0.0) if dual is not None and math.isfinite(dual) else 0.0
+
+    def schedule(self, nodes: int, weights: str, optimizer: str) -> Schedule | None:
+        """The program's incumbent after `nodes` nodes as a `Schedule` (None: it has none)."""
+        res = self.solve(nodes)
+        if res.x is None:
+            return None
+        n, x = self.n, np.round(res.x).astype(int)
+        policies = tuple("swap" if x[j] else "recompute" if x[n + j] else "keep" for j in range(n))
+        vd, vh = x[5 * n + 2: 6 * n + 2], x[6 * n + 2: 7 * n + 2]
+        starts = tuple(("host" if vh[j] else "device") if policies[j] == "recompute"
+                       and (j == 0 or policies[j - 1] != "recompute" or vd[j] or vh[j]) else ""
+                       for j in range(n))
+        return Schedule(weights, optimizer, float(res.fun), policies, starts)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One weight layout's solution of the program (HiGHS's incumbent): the swap, recompute and checkpoint
+    decisions its value assumes. The program lets copies start at any moment and counts only the memory of
+    item 2 and 3's rows, so a plan of these decisions may need more time or memory in the simulator: what
+    that costs says whether a plan / bound gap lies in the plan space or in the program
+    (karma/experiments/bound_schedule.py)."""
+
+    #: the layout: "resident" or "streamed" weights, the optimizer on the "device" or the "host"
+    weights: str
+    optimizer: str
+    #: the incumbent's value, seconds (the program's optimum, and so the bound, is at most this)
+    value: float
+    #: per unit: "keep", "swap" or "recompute"
+    policies: tuple[str, ...]
+    #: per unit: where the checkpoint of a recompute segment starting there lives ("device" or "host"), else ""
+    starts: tuple[str, ...]
+
+    def blocks(self) -> tuple[Block, ...]:
+        """One block per kept or swapped unit (each copy issued on its own) and per recompute segment."""
+        out: list[Block] = []
+        for j, (policy, start) in enumerate(zip(self.policies, self.starts, strict=True)):
+            if policy == "recompute" and not start:
+                out[-1] = Block(out[-1].start, j + 1, policy, out[-1].checkpoint)
+            else:
+                out.append(Block(j, j + 1, policy, start or "device"))
+        return tuple(out)
 
 
 #: Branch-and-bound nodes per weight layout: a work limit, so that the bound is the same number on a loaded
@@ -398,3 +445,16 @@ def lower_bound(profile: Profile, hw: Hardware, capacity: float | None = None, n
             if value < best:
                 best = min(best, max(value, layouts[k].integral(nodes)))
     return best * (1 - 1e-6)
+
+
+def schedules(profile: Profile, hw: Hardware, capacity: float | None = None, nodes: int = NODES) -> list[Schedule]:
+    """Each weight layout's `Schedule` (the layouts where no unit's backward alone overflows and HiGHS finds
+    an incumbent within `nodes` nodes), fastest first."""
+    capacity = hw.device_memory if capacity is None else capacity
+    found = []
+    for weights, optimizer in LAYOUTS:
+        case = _case(profile, hw, capacity, weights, optimizer)
+        schedule = case.schedule(nodes, weights, optimizer) if case is not None else None
+        if schedule is not None:
+            found.append(schedule)
+    return sorted(found, key=lambda s: s.value)

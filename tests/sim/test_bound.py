@@ -202,3 +202,42 @@ def test_a_recompute_segment_holds_its_checkpoint_or_copies_it():
     best, plan = exhaustive_best(profile, hw, 9.5 * GB)
     assert plan.blocks[0].policy == "recompute" and plan.blocks[0].checkpoint == "host"
     assert 4.0 < lower_bound(profile, hw, 9.5 * GB) <= best
+
+
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(adversarial_chains(min_units=1, max_units=6))
+def test_each_schedule_is_the_programs_decisions_as_a_plan(case):
+    """`bound.schedules`: a layout's incumbent, no faster than the bound, made a plan that tiles the chain with
+    each unit's decision (a recompute segment starts where the program starts one) and that the simulator takes
+    at every depth."""
+    profile, hw, capacity = case
+    n = len(profile.units)
+    value = lower_bound(profile, hw, capacity)
+    for schedule in bound.schedules(profile, hw, capacity):
+        assert schedule.value >= value * (1 - 1e-9) - 1e-12
+        blocks = schedule.blocks()
+        assert [b.start for b in blocks[1:]] == [b.stop for b in blocks[:-1]] and blocks[0].start == 0
+        assert blocks[-1].stop == n
+        assert [b.policy for b in blocks for _ in range(b.start, b.stop)] == list(schedule.policies)
+        for b in blocks:
+            assert schedule.starts[b.start] == (b.checkpoint if b.policy == "recompute" else "")
+            assert not any(schedule.starts[b.start + 1: b.stop])
+        for depth in range(len(blocks) + 1):
+            plan = Plan(model=profile.model, batch=profile.batch, units=n, blocks=blocks, weights=schedule.weights,
+                        prefetch_depth=depth, optimizer=schedule.optimizer)
+            result = simulate(profile, plan, hw, capacity, record=False)
+            assert not result.feasible or result.time >= value * (1 - 1e-9) - 1e-12
+
+
+def test_with_room_for_everything_the_schedule_recomputes_nothing_and_runs_at_its_value():
+    """Capacity for in-core training: the fastest schedule recomputes nothing (a hidden swap costs the program
+    nothing, so it may swap) and, made a plan at the deepest prefetch, the simulator runs it in the program's
+    time: the bound is tight there."""
+    hw = load("v100-abci")
+    profile = analytic_profile(build("resnet50", "small", device="meta"), hw)
+    fastest = bound.schedules(profile, hw, float("inf"))[0]
+    assert "recompute" not in fastest.policies
+    blocks = fastest.blocks()
+    plan = Plan(model=profile.model, batch=profile.batch, units=len(profile.units), blocks=blocks,
+                weights=fastest.weights, prefetch_depth=len(blocks), optimizer=fastest.optimizer)
+    assert simulate(profile, plan, hw, float("inf"), record=False).time == pytest.approx(fastest.value, rel=1e-6)
