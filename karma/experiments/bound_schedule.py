@@ -26,7 +26,6 @@ from karma.experiments.planner_cases import CASES, Case
 from karma.experiments.planner_gap import write_rows
 from karma.plan.plan import Plan
 from karma.planner.planner import plan
-from karma.report.tables import to_markdown
 from karma.sim.bound import lower_bound, schedules
 from karma.sim.simulate import simulate
 
@@ -92,8 +91,8 @@ def main(argv: list[str] | None = None) -> None:
     for name in names:
         print(f"{name}: planning, bounding and simulating the bound's schedules", flush=True)
         rows += schedule_rows(CASES[name])
-    print(to_markdown(pd.DataFrame(rows, columns=COLUMNS).drop(columns=["source"])))
-    print(to_markdown(summary(rows)))
+    print(pd.DataFrame(rows, columns=COLUMNS).drop(columns=["source"]).to_markdown(index=False, floatfmt=".4g"))
+    print(summary(rows).to_markdown(index=False, floatfmt=".4g"))
     if args.out:
         write_rows(args.out, rows, COLUMNS)
 
