@@ -48,13 +48,16 @@ class _DeviceCopies:
             for p in params:
                 p.data = torch.empty(0, dtype=p.dtype, device=p.device)
 
-    def hold(self, p: torch.Tensor) -> None:
+    def hold(self, p: torch.Tensor) -> bool:
+        """One more block holds `p`; whether another held it already (its device copy is then current)."""
         with self._lock:
+            held = self.holders[id(p)] > 0
             self.holders[id(p)] += 1
             if self.physical and p.data.numel() == 0:
                 p.data = torch.empty_like(self.masters[id(p)], device=p.device, dtype=p.dtype)
                 if p.is_cuda:
                     p.data.record_stream(torch.cuda.default_stream(p.device))
+            return held
 
     def release(self, p: torch.Tensor) -> None:
         with self._lock:
@@ -133,10 +136,12 @@ class HostWeights:
                 after.result()
 
         def copy():
+            # A weight another block holds (a tied one, held by the block whose backward is running) is current
+            # on the device: writing it again in place, from the link's thread, would change a tensor that
+            # block's recompute may be saving (torch.utils.checkpoint refuses a pack hook input changed in place)
             for p in params:
-                if self.copies is not None:
-                    self.copies.hold(p)
-                copy_into(p, self.source[id(p)])
+                if self.copies is None or not self.copies.hold(p):
+                    copy_into(p, self.source[id(p)])
 
         return link.submit("h2d", nbytes, copy, "upload weights", k, on_start=start)
 

@@ -360,6 +360,31 @@ def test_a_block_holding_both_users_of_a_tied_weight_updates_it_once():
         assert torch.equal(a, b), key
 
 
+def test_uploading_a_tied_weight_another_block_holds_leaves_it_untouched():
+    """Streamed weights: the head's block holds GPT's tied embedding weight; uploading the embedding's block (its
+    prefetch for the backward) must not write that weight again in place, from the link's thread, while the head's
+    recompute may be saving it (the property test above hit torch.utils.checkpoint's "pack hook is modifying its
+    input in place" once, a race of the two threads)."""
+    chain = build("megatron-1.2b", "tiny", seed=5)
+    n = len(chain)
+    plan = from_policies("megatron-1.2b", 2, ["keep"] * n, weights="streamed")
+    embedding, head = list(chain.units.children())[0], list(chain.units.children())[-1]
+    (tied,) = {id(p): p for p in embedding.parameters()}.keys() & {id(p): p for p in head.parameters()}.keys()
+    weight = next(p for p in head.parameters() if id(p) == tied)
+    with EmulatedLink(2e9, 2e9) as link:
+        weights = HostWeights(chain, plan, link=link, physical=True)
+        ledger = Ledger(math.inf)
+        weights.upload(n - 1, link, ledger).result()
+        version = weight._version
+        weights.upload(0, link, ledger).result()
+        assert weight._version == version
+        weights.evict(n - 1, ledger)
+        weights.evict(0, ledger)
+        weights.upload(0, link, ledger).result()  # held by nobody: written again
+        assert weight._version > version
+        weights.close()
+
+
 def test_a_saved_weight_view_does_not_keep_an_evicted_upload_alive():
     """Linear layers save weight.t(): the store keeps the weight, not that view, so the device
     storage of an evicted streamed weight is freed (on an H200 every kept linear weight was held
