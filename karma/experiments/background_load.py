@@ -31,7 +31,7 @@ from models import build
 STRATEGIES = ("checkpoint", "superneurons", "zero-offload", "karma")
 #: The background job: KARMA's planner on ResNet-200, over and over, at the lowest priority.
 LOAD = ("from karma.core.hardware import load\n"
-        "from karma.experiments.planner_cases import CASES\n"
+        "from karma.experiments.cases import CASES\n"
         "from karma.planner.planner import plan\n"
         "hw = load('v100-abci')\n"
         "profile = CASES['resnet200'].profile(hw)\n"

@@ -11,7 +11,8 @@ not in the search; where a plan of the schedule fits near that value, the search
 
     python -m karma.experiments.bound_schedule --cases wrn28-10,resnet50 --out schedules.csv
 
-Cases are karma/experiments/planner_cases.py's; simulated on their hardware (analytic profiles).
+Cases are karma/experiments/cases.py's; simulated on their hardware (analytic profiles).
+planner_cases puts `verdict` of each case over the bound target in its `bound_schedule` column.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from dataclasses import replace
 
 import pandas as pd
 
-from karma.core.hardware import load
-from karma.experiments.planner_cases import CASES, Case
+from karma.core.hardware import Hardware, load
+from karma.experiments.cases import CASES
 from karma.experiments.planner_gap import write_rows
 from karma.plan.plan import Plan
 from karma.planner.planner import plan
+from karma.profile.profile import Profile
 from karma.sim.bound import lower_bound, schedules
 from karma.sim.simulate import simulate
 
@@ -37,14 +39,10 @@ COLUMNS = ["case", "layout", "karma_s", "bound_s", "schedule_s", "depth", "fits"
            "unlimited_peak_GB", "capacity_GB", "source"]
 
 
-def schedule_rows(case: Case) -> list[dict]:
-    """One row per (layout's schedule, depth): the schedule's plan simulated at the case's capacity and
-    without a limit, beside KARMA's plan and the bound."""
-    hw = load(case.hardware)
-    profile = case.profile(hw)
-    capacity = case.capacity_gb * GB
-    karma = simulate(profile, plan(profile, hw, capacity), hw, capacity, record=False).time
-    bound = lower_bound(profile, hw, capacity)
+def schedule_rows(name: str, profile: Profile, hw: Hardware, capacity: float, karma_s: float,
+                  bound_s: float) -> list[dict]:
+    """One row per (layout's schedule, depth) of the case `name`: the schedule's plan simulated at `capacity`
+    and without a limit, beside KARMA's plan (`karma_s`) and the bound (`bound_s`)."""
     rows = []
     for schedule in schedules(profile, hw, capacity):
         base = Plan(model=profile.model, batch=profile.batch, units=len(profile.units), blocks=schedule.blocks(),
@@ -54,11 +52,11 @@ def schedule_rows(case: Case) -> list[dict]:
             candidate = replace(base, prefetch_depth=depth)
             limited = simulate(profile, candidate, hw, capacity, record=False)
             free = simulate(profile, candidate, hw, float("inf"), record=False)
-            rows.append({"case": case.name, "layout": f"{schedule.weights}, optimizer on the {schedule.optimizer}",
-                         "karma_s": karma, "bound_s": bound, "schedule_s": schedule.value, "depth": depth,
+            rows.append({"case": name, "layout": f"{schedule.weights}, optimizer on the {schedule.optimizer}",
+                         "karma_s": karma_s, "bound_s": bound_s, "schedule_s": schedule.value, "depth": depth,
                          "fits": limited.feasible, "time_s": limited.time if limited.feasible else None,
                          "unlimited_time_s": free.time, "unlimited_peak_GB": free.peak_bytes / GB,
-                         "capacity_GB": case.capacity_gb,
+                         "capacity_GB": capacity / GB,
                          "source": f"simulated on {hw.name} (analytic profile); the schedule: HiGHS's incumbent"})
     return rows
 
@@ -78,6 +76,18 @@ def summary(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def verdict(rows: list[dict]) -> str:
+    """`summary` of one case's rows in words (planner_cases' `bound_schedule` column)."""
+    if not rows:
+        return "the program has no schedule"
+    line = summary(rows).iloc[0]
+    fits = (f"its plans fit at {line.schedule_fitting_over_bound:.3f}x the bound at best"
+            if pd.notna(line.schedule_fitting_over_bound) else "no plan of it fits at any depth")
+    value = (f"they reach its value with {line.schedule_at_its_value_GB:.1f} GB of {line.capacity_GB:.0f}"
+             if pd.notna(line.schedule_at_its_value_GB) else "none comes within 1% of its value")
+    return f"{fits}; {value}"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", required=True, help=f"comma-separated, of: {', '.join(CASES)}")
@@ -90,7 +100,11 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for name in names:
         print(f"{name}: planning, bounding and simulating the bound's schedules", flush=True)
-        rows += schedule_rows(CASES[name])
+        case = CASES[name]
+        hw = load(case.hardware)
+        profile, capacity = case.profile(hw), case.capacity_gb * GB
+        karma = simulate(profile, plan(profile, hw, capacity), hw, capacity, record=False).time
+        rows += schedule_rows(name, profile, hw, capacity, karma, lower_bound(profile, hw, capacity))
     print(pd.DataFrame(rows, columns=COLUMNS).drop(columns=["source"]).to_markdown(index=False, floatfmt=".4g"))
     print(summary(rows).to_markdown(index=False, floatfmt=".4g"))
     if args.out:

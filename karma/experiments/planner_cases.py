@@ -1,12 +1,8 @@
 """How good KARMA's planner is beyond the six models it was developed on (docs/planner.md, *How good it is*).
 
-Per case: KARMA's simulated time, the deterministic lower bound (karma/sim/bound.py), plan / bound, the
-fastest baseline's simulated time and KARMA over it, and the planner's CPU seconds. The six paper models
-are the tuning set; the held-out cases were chosen before any planner setting was changed and are never
-used to choose one: own-model specs from torchvision and transformers at batches whose in-core peak is 2-4x
-a 16 GB V100 (and where some plan fits: densenet121 at 384 and efficientnet_b0 in bf16 at 768 have a unit
-whose backward alone exceeds 16 GB), capacities from 8 to 32 GB, bf16, the large NLP models' chains and a
-layer-granularity chain.
+Per case (karma/experiments/cases.py: the six paper models, the tuning set, and held-out cases no setting was
+chosen on): KARMA's simulated time, the deterministic lower bound (karma/sim/bound.py), plan / bound, the
+fastest baseline's simulated time and KARMA over it, and the planner's CPU seconds.
 
 Targets (issue 36): plan / bound at most `BOUND_TARGET` on every case, KARMA never slower than a baseline,
 at most 1 CPU s per paper model (10 s on ResNet-1001's layer chain). A case over the bound target is
@@ -15,7 +11,10 @@ fine and unit by unit (`karma.experiments.planner_gap.long_search`): a search th
 plan that differs from KARMA's in one window of `WINDOW` units is simulated
 (karma/experiments/window_check.py): an exact check. The plan is to blame where either finds a faster
 plan (by how much, and where); what neither closes is the bound's, or needs a change to more than
-`WINDOW` units at once. A report, not a test: tests never judge wall-clock time.
+`WINDOW` units at once; the `bound_schedule` column says what that rest is made of: the bound program's own
+solution made plans (karma/experiments/bound_schedule.py), whether they fit and at what memory they reach the
+program's value. The cases are karma/experiments/cases.py's. A report, not a test: tests never judge
+wall-clock time.
 
     python -m karma.experiments.planner_cases [--cases NAME,...] [--out cases.csv]
 """
@@ -24,20 +23,19 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
 
 from karma.core.errors import KarmaError
 from karma.core.hardware import Hardware, load
+from karma.experiments.bound_schedule import schedule_rows, verdict
+from karma.experiments.cases import CASES, RESNET1001_LAYERS, Case
 from karma.experiments.planner_gap import long_search, write_rows
 from karma.experiments.window_check import WindowCheck, check
 from karma.plan.plan import Plan
 from karma.planner.planner import plan
-from karma.profile.analytic import analytic_profile
 from karma.profile.profile import Profile
 from karma.sim.bound import lower_bound
 from karma.sim.simulate import simulate
 from karma.strategies import available, get
-from models import build
 
 BOUND_TARGET = 1.03
 #: Units of the window check's windows (4 * 5^5 plans per window at 6).
@@ -45,50 +43,9 @@ WINDOW = 6
 GB = 1e9
 
 
-@dataclass(frozen=True)
-class Case:
-    """One planning problem: a model built on the meta device, profiled analytically on `hardware`."""
-
-    name: str
-    #: a zoo name or a model spec (torchvision:NAME, hf:MODEL_TYPE)
-    model: str
-    #: None: the zoo model's paper batch
-    batch: int | None = None
-    #: device memory the plan must fit, GB
-    capacity_gb: float = 16.0
-    #: fp32, fp16 or bf16 (mixed precision)
-    precision: str = "fp32"
-    #: block or layer units (zoo models)
-    granularity: str = "block"
-    hardware: str = "v100-abci"
-    #: False: a paper model, the planner's tuning set
-    held_out: bool = True
-
-    def profile(self, hw: Hardware) -> Profile:
-        return analytic_profile(build(self.model, "paper", batch=self.batch, device="meta",
-                                      precision=self.precision, granularity=self.granularity), hw)
-
-
-PAPER = [Case(m, m, held_out=False) for m in ("resnet50", "vgg16", "resnet200", "resnet1001", "wrn28-10",
-                                               "megatron-1.2b")]
-HELD_OUT = [
-    Case("densenet121-b320", "torchvision:densenet121", batch=320),
-    Case("gpt2-b12", "hf:gpt2", batch=12),
-    Case("resnet152-bf16-b512", "torchvision:resnet152", batch=512, precision="bf16"),
-    Case("convnext-tiny-bf16-b640", "torchvision:convnext_tiny", batch=640, precision="bf16"),
-    Case("resnet50-8gb", "resnet50", capacity_gb=8.0),
-    Case("wrn28-10-b2x-32gb", "wrn28-10", batch=1536, capacity_gb=32.0),
-    Case("megatron-1.2b-bf16", "megatron-1.2b", precision="bf16"),
-    Case("megatron-8.3b-fp16", "megatron-8.3b", precision="fp16"),
-    Case("turing-nlg-17b-fp16", "turing-nlg-17b", precision="fp16", capacity_gb=32.0),
-    Case("resnet50-layers", "resnet50", granularity="layer"),
-]
-CASES = {c.name: c for c in PAPER + HELD_OUT}
-#: The layer chain of issue 36's time target; its own option (planning it takes the longest).
-RESNET1001_LAYERS = Case("resnet1001-layers", "resnet1001", granularity="layer", held_out=False)
-
 COLUMNS = ["case", "held_out", "model", "batch", "precision", "capacity_GB", "units", "karma_s", "bound_s",
-           "plan_over_bound", "long_search_over_bound", "window_best_over_bound", "blame", "fastest_baseline",
+           "plan_over_bound", "long_search_over_bound", "window_best_over_bound", "blame", "bound_schedule",
+           "fastest_baseline",
            "baseline_s", "karma_over_baseline", "planning_cpu_s", "on_target", "source"]
 
 
@@ -126,17 +83,19 @@ def run_case(case: Case, planner=plan) -> dict:
     bound = lower_bound(profile, hw, capacity)
     baseline, baseline_s = _baselines(profile, hw, capacity)
     over = karma / bound
-    long_over = window_over = blamed = ""
+    long_over = window_over = blamed = scheduled = ""
     if over > BOUND_TARGET and found is not None:
         long_s = long_search(profile, hw, capacity)
         window = check(profile, hw, capacity, found, WINDOW)
         long_over, window_over = f"{long_s / bound:.4f}", f"{window.best_s / bound:.4f}"
         blamed = blame(karma, bound, long_s, window)
+        scheduled = verdict(schedule_rows(case.name, profile, hw, capacity, karma, bound))
     return {
         "case": case.name, "held_out": case.held_out, "model": case.model, "batch": profile.batch,
         "precision": case.precision, "capacity_GB": case.capacity_gb, "units": len(profile.units),
         "karma_s": f"{karma:.5f}", "bound_s": f"{bound:.5f}", "plan_over_bound": f"{over:.4f}",
         "long_search_over_bound": long_over, "window_best_over_bound": window_over, "blame": blamed,
+        "bound_schedule": scheduled,
         "fastest_baseline": baseline, "baseline_s": f"{baseline_s:.5f}",
         "karma_over_baseline": f"{karma / baseline_s:.4f}" if baseline else "",
         "planning_cpu_s": f"{seconds:.2f}",
@@ -165,13 +124,15 @@ def blame(karma: float, bound: float, long_s: float, window: WindowCheck) -> str
 
 def markdown(rows: list[dict]) -> str:
     head = ("| case | held out | units | KARMA, s | bound, s | plan / bound | long search / bound | "
-            "best in a window / bound | blame | fastest baseline | KARMA / it | planning, CPU s | on target |")
-    lines = [head, "|" + "---|" * 13]
+            "best in a window / bound | blame | the bound's schedule as plans | fastest baseline | KARMA / it | "
+            "planning, CPU s | on target |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         lines.append(f"| {r['case']} | {'yes' if r['held_out'] else 'no'} | {r['units']} | {r['karma_s']} | "
                      f"{r['bound_s']} | {r['plan_over_bound']} | {r['long_search_over_bound'] or '-'} | "
                      f"{r['window_best_over_bound'] or '-'} | "
-                     f"{r['blame'] or '-'} | {r['fastest_baseline'] or '-'} | {r['karma_over_baseline'] or '-'} | "
+                     f"{r['blame'] or '-'} | {r['bound_schedule'] or '-'} | {r['fastest_baseline'] or '-'} | "
+                     f"{r['karma_over_baseline'] or '-'} | "
                      f"{r['planning_cpu_s']} | {r['on_target']} |")
     return "\n".join(lines)
 

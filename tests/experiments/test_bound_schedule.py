@@ -2,12 +2,20 @@
 
 import math
 
-from karma.experiments.bound_schedule import DEPTHS, schedule_rows, summary
-from karma.experiments.planner_cases import Case
+from karma.core.hardware import load
+from karma.experiments.bound_schedule import DEPTHS, schedule_rows, summary, verdict
+from karma.experiments.cases import Case
+from karma.planner.planner import plan
+from karma.sim.bound import lower_bound
+from karma.sim.simulate import simulate
 
 
 def test_each_layouts_schedule_is_simulated_at_every_depth_and_summarised():
-    rows = schedule_rows(Case("resnet50-b64-3gb", "resnet50", batch=64, capacity_gb=3.0))
+    case = Case("resnet50-b64-3gb", "resnet50", batch=64, capacity_gb=3.0)
+    hw = load(case.hardware)
+    profile, capacity = case.profile(hw), case.capacity_gb * 1e9
+    karma = simulate(profile, plan(profile, hw, capacity), hw, capacity, record=False).time
+    rows = schedule_rows(case.name, profile, hw, capacity, karma, lower_bound(profile, hw, capacity))
     layouts = {row["layout"] for row in rows}
     assert layouts and len(rows) == len(layouts) * len(DEPTHS)
     bound = rows[0]["bound_s"]
@@ -24,3 +32,5 @@ def test_each_layouts_schedule_is_simulated_at_every_depth_and_summarised():
         assert math.isclose(line.schedule_fitting_over_bound, min(fitting) / bound)
     else:
         assert line.schedule_fitting_over_bound is None or math.isnan(line.schedule_fitting_over_bound)
+    words = verdict(rows)
+    assert ("no plan of it fits" in words) == (not fitting)
