@@ -32,6 +32,7 @@ class Case:
     precision: str = "fp32"
     #: block or layer units (zoo models)
     granularity: str = "block"
+    #: the Hardware preset it is profiled and simulated on (karma hardware lists them)
     hardware: str = "v100-abci"
     #: False: a paper model, the planner's tuning set
     held_out: bool = True
