@@ -88,7 +88,7 @@ def coarse_search(profile: Profile, hw: Hardware, capacity: float, space: Space,
             best = found
         if len(tried) >= config.coarse_starts:
             break
-    start, found = len(search.cache), best
+    start, found = search.spent, best
     depths = walk_depths(search, space, config.walks)
     for walk in range(config.walks):  # several shorter walks from the best descent, each its own seed
         walker, origin = search, best
@@ -122,14 +122,14 @@ def unit_walks(search: Search, state: State, budget: int, relinking: int, config
     walker = replace(search, near=None, first=False)
     ends = []
     for walk in range(config.unit_walks):
-        found = walker.anneal(state, len(walker.cache) + budget // config.unit_walks,
+        found = walker.anneal(state, walker.spent + budget // config.unit_walks,
                               config.seed * config.unit_walks + walk)
         ends.append(found)
         if walker.cost(found) < walker.cost(state):
             state = found
     if not relinking:
         return state
-    found = relink_ends(walker, ends, len(walker.cache) + relinking)
+    found = relink_ends(walker, ends, walker.spent + relinking)
     return found if walker.cost(found) < walker.cost(state) else state
 
 
@@ -194,7 +194,7 @@ def _search(profile: Profile, hw: Hardware, capacity: float, space: Space, cuts:
                                   budget=int(min(coarse_work / len(cuts), config.coarse_plans)), config=config)
     coarse, coarse_cuts = search, cuts
     coarse_fits = search.cost(state) < INFEASIBLE
-    evaluations = [len(search.cache)]
+    evaluations = [search.spent]
     frugal = search.frugal()
     if len(cuts) == n:
         search = replace(search, near=2, first=True)  # the same memo, unit-level moves near the edges
@@ -204,7 +204,7 @@ def _search(profile: Profile, hw: Hardware, capacity: float, space: Space, cuts:
         cuts = finer
         search = Search(coarsen(profile, cuts), hw, capacity, space, near=2, first=True, config=config)
         state = search.descend(state, int(config.fine_work / n))
-        evaluations.append(len(search.cache))
+        evaluations.append(search.spent)
         frugal = min(frugal, search.frugal())
     # the same share of plans on every chain, searched unit by unit or not: with it the walks end in the same
     # plan for more seeds (the variants compared: docs/measurements/README.md, "One planner for every chain")

@@ -102,8 +102,8 @@ def polish(state: State, search: Search, profile: Profile, capacity: float, spac
     # (ordered: a set's order of equally fast starts changed with the process's string hashes, and so the plan)
     starts = sorted(dict.fromkeys(exact_seeds(search, profile, capacity, space) + (more or [])), key=search.cost)
     for seed_state in starts[: search.config.polish_starts]:
-        found = search.descend(seed_state, len(search.cache) + budget)
+        found = search.descend(seed_state, search.spent + budget)
         if search.cost(found) < search.cost(best):
             best = found
     steep = replace(search, first=False, combos=True)  # the same memo
-    return steep.descend(best, len(search.cache) + budget)
+    return steep.descend(best, search.spent + budget)

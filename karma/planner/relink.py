@@ -54,7 +54,7 @@ def relink(search: Search, start: State, guide: State, budget: int) -> State:
     here, there = labels(start, n), labels(guide, n)
     left = [i for i in range(len(here)) if here[i] != there[i]]
     best = start
-    while len(left) > 1 and len(search.cache) < budget:
+    while len(left) > 1 and search.spent < budget:
         steps = []
         for i in left:
             step = list(here)
@@ -73,7 +73,7 @@ def relink_ends(search: Search, ends: list[State], budget: int) -> State:
     quarters of what is left for the paths)."""
     elite: list[State] = sorted(dict.fromkeys(ends), key=search.cost)
     best = elite[0]
-    paths = len(search.cache) + (budget - len(search.cache)) * 3 // 4
+    paths = search.spent + (budget - search.spent) * 3 // 4
     for start, guide in permutations(elite, 2):
         found = relink(search, start, guide, paths)
         if search.cost(found) < search.cost(best) - 1e-12:

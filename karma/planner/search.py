@@ -26,17 +26,26 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
-import random
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from karma.core.hardware import Hardware
 from karma.plan.space import LAYOUTS, Space, State
 from karma.planner.config import PlannerConfig
+from karma.planner.walk import LETTERS, walk
 from karma.profile.profile import Profile
-from karma.sim.compiled import blocks_cost, constants
+from karma.sim.compiled import KIND_CODES, blocks_cost, constants
 
 INFEASIBLE = 1e9
+
+
+@dataclass
+class Tally:
+    """States the compiled annealing walks of one search simulated outside its memo, and their least peak."""
+
+    simulated: int = 0
+    frugal: float = float("inf")
 
 
 @dataclass
@@ -54,6 +63,8 @@ class Search:
     config: PlannerConfig = field(default_factory=PlannerConfig)
     combos: bool = False
     first: bool = False
+    #: what the compiled walks simulated, shared by the copies of this search (`dataclasses.replace`)
+    tally: Tally = field(default_factory=Tally)
 
     def __post_init__(self):
         self._constants: dict[tuple[int, str], tuple] = {}  # karma.sim.compiled.constants per (depth, layout)
@@ -65,20 +76,29 @@ class Search:
         cost = self.cache.get(state)
         if cost is None:
             blocks, depth, layout = state
-            fixed = self._constants.get((depth, layout))
-            if fixed is None:
-                weights, optimizer = LAYOUTS[layout]
-                fixed = self._constants[depth, layout] = constants(self.profile, self.hw, self.capacity,
-                                                                   weights == "streamed", optimizer == "host", depth)
-            span, peak, fits = blocks_cost(fixed, blocks)
+            span, peak, fits = blocks_cost(self._fixed(depth, layout), blocks)
             self.spans[state] = span
             self.peaks[state] = peak
             cost = self.cache[state] = span if fits else INFEASIBLE + (peak - self.capacity) / 1e9
         return cost
 
+    def _fixed(self, depth: int, layout: str) -> tuple:
+        """The kernel's constants of a plan at `depth` and `layout` (karma.sim.compiled.constants), built once."""
+        fixed = self._constants.get((depth, layout))
+        if fixed is None:
+            weights, optimizer = LAYOUTS[layout]
+            fixed = self._constants[depth, layout] = constants(self.profile, self.hw, self.capacity,
+                                                               weights == "streamed", optimizer == "host", depth)
+        return fixed
+
+    @property
+    def spent(self) -> int:
+        """States simulated so far: this memo's and the compiled walks' (what the budgets count)."""
+        return len(self.cache) + self.tally.simulated
+
     def frugal(self) -> float:
         """The smallest peak of any plan simulated (what the error for no fit names)."""
-        return min(self.peaks.values(), default=float("inf"))
+        return min(min(self.peaks.values(), default=float("inf")), self.tally.frugal)
 
     def _split_points(self, blocks) -> range | set[int]:
         n = len(self.profile.units)
@@ -133,21 +153,6 @@ class Search:
                     new = blocks[:i] + ((a, b, other),) + blocks[i + 1:]
                     yield from ((new, d, w) for d, w in others)
 
-    def _neighbour(self, state: State, blocks: MoveSet, others: list, index: int) -> State:
-        """Neighbour `index` of `state` in `neighbours`' order (`blocks`: its MoveSet, `others`: the other
-        depths and layouts)."""
-        if index < len(blocks):
-            return blocks[index], state[1], state[2]
-        index -= len(blocks)
-        if index < len(others):
-            return (state[0], *others[index])
-        index -= len(others)
-        per_block = (len(self.space.kinds) - 1) * len(others)
-        i, rest = divmod(index, per_block)
-        a, b, k = state[0][i]
-        kind = [other for other in self.space.kinds if other != k][rest // len(others)]
-        return (state[0][:i] + ((a, b, kind),) + state[0][i + 1:], *others[rest % len(others)])
-
     def repair(self, best: State, moves: list[State]) -> State | None:
         """An ejection chain: the neighbours that would be faster but do not fit, each
         followed by its best second move; the best of those that fit and are faster."""
@@ -174,7 +179,7 @@ class Search:
         With `first`, move to the first faster neighbour (cheap moves come first): on a
         long chain a full neighbourhood is hundreds of slow simulations."""
         best = state
-        while budget is None or len(self.cache) < budget:
+        while budget is None or self.spent < budget:
             if self.first and self.cost(best) >= INFEASIBLE:
                 # over the capacity (a refined plan the coarser chain under-counted): the fastest neighbour
                 # that fits, else the least over; the first one less over can walk far from the plan. The
@@ -195,7 +200,7 @@ class Search:
             # the budget also bounds the scan (a long chain's neighbourhood with combined moves is thousands)
             moves = []
             for m in self.neighbours(best):
-                if budget is not None and m not in self.cache and len(self.cache) >= budget:
+                if budget is not None and m not in self.cache and self.spent >= budget:
                     break
                 self.cost(m)
                 moves.append(m)
@@ -210,7 +215,7 @@ class Search:
     def _within(self, moves, budget: int | None):
         """`moves` until `budget` states are in the memo (then none: listing the rest of a long chain's
         neighbourhood, thousands of new tuples, cost more than the search itself)."""
-        return moves if budget is None else itertools.takewhile(lambda _: len(self.cache) < budget, moves)
+        return moves if budget is None else itertools.takewhile(lambda _: self.spent < budget, moves)
 
     def anneal(self, best: State, budget: int, seed: int = 0) -> State:
         """Simulated annealing from `best`: a random neighbour, taken if it fits and is not
@@ -221,42 +226,32 @@ class Search:
         between plan families that a descent from a few kicked states rarely does. One
         move in the config's `jump` is a block move together with a random depth and layout: another
         prefetch depth makes a different set of blocks fit, and neither move alone may
-        fit (WRN-28-10: depth 2 with a swap early, 1.6% faster than the best depth-4 plan)."""
-        rng = random.Random(seed)
-        hot, cold = self.config.hot, self.config.cold
-        start = len(self.cache)
+        fit (WRN-28-10: depth 2 with a swap early, 1.6% faster than the best depth-4 plan).
+        The walk itself is compiled (karma/planner/walk.py), with its own memo; the states it simulates
+        count towards the budget (`spent`), its fastest state joins this memo."""
+        space = self.space
+        if self.combos or best[1] not in space.depths or best[2] not in space.layouts:
+            raise ValueError("an annealing walk moves blocks, depth and layout one at a time, within its space")
+        start = self.spent
         total = max(budget - start, 1)
-        current, cost = best, self.cost(best)
-        moves, blocks, others, tries = None, None, [], 0
-        walk = start + total * 19 // 20  # the last steps: a descent from the best
-        while len(self.cache) < walk and tries < 3 * total:
-            tries += 1
-            if moves is None:  # a random neighbour of `neighbours`, without listing them all
-                blocks = MoveSet(current[0], self.space.kinds, self._split_points(current[0]))
-                others = [(d, w) for d in self.space.depths for w in self.space.layouts
-                          if (d, w) != current[1:]]
-                combos = len(current[0]) * (len(self.space.kinds) - 1) * len(others) if self.combos else 0
-                moves = len(blocks) + len(others) + combos
-                if not moves:
-                    break
-            if len(blocks) and rng.random() < self.config.jump:
-                # jumps keep to overlapping depths (depth 0, on demand, is for reach: the descents try it)
-                move = (blocks[rng.randrange(len(blocks))], rng.choice(self.overlapping),
-                        rng.choice(self.space.layouts))
-            else:
-                move = self._neighbour(current, blocks, others, rng.randrange(moves))
-            new = self.cost(move)
-            spent = max((len(self.cache) - start) / total, tries / (3 * total))
-            heat = hot * (cold / hot) ** min(spent, 1.0)
-            # (a plan of zero time, all units' times zero, takes no slower move)
-            if new <= cost or (new < INFEASIBLE and cost > 0
-                               and rng.random() < math.exp(-(new - cost) / (cost * heat))):
-                if move != current:
-                    moves = None
-                current, cost = move, new
-                if new < self.cost(best) - 1e-12:
-                    best = move
-        return self.descend(best, budget)
+        combos = [(d, w) for d in space.depths for w in space.layouts]
+        fixed = [self._fixed(d, w) for d, w in combos]
+        c = fixed[0][0]
+        blocks = best[0]
+        bounds = np.array([a for a, _, _ in blocks] + [blocks[-1][1]], dtype=np.int64)
+        codes = np.array([KIND_CODES[k] for _, _, k in blocks], dtype=np.int64)
+        overlapping = np.array([space.depths.index(d) for d in self.overlapping], dtype=np.int64)
+        found_b, found_c, combo, simulated, frugal = walk(
+            c.units, c.weight_prefix, c.size, c.index, np.stack([f[1] for f in fixed]),
+            np.stack([f[2] for f in fixed]), len(space.layouts),
+            np.array([KIND_CODES[k] for k in space.kinds], dtype=np.int64), overlapping,
+            -1 if self.near is None else self.near, bounds, codes, combos.index(best[1:]), total,
+            self.config.hot, self.config.cold, self.config.jump, seed)
+        self.tally.simulated += simulated
+        self.tally.frugal = min(self.tally.frugal, frugal)
+        found = (tuple((int(found_b[i]), int(found_b[i + 1]), LETTERS[int(found_c[i])]) for i in range(len(found_c))),
+                 *combos[combo])
+        return self.descend(found if self.cost(found) < self.cost(best) else best, budget)
 
 
 def _shifts(a: int, m: int, b: int) -> tuple[int, ...]:
@@ -269,77 +264,3 @@ def _shifts(a: int, m: int, b: int) -> tuple[int, ...]:
 def _relative_shifts(left: int, right: int) -> tuple[int, ...]:
     """`_shifts` of a cut with `left` groups before it and `right` after (they depend on nothing else)."""
     return tuple(d for d in sorted({-2, -1, 1, 2, -left // 2, right // 2}) if -left < d < right)
-
-
-class MoveSet:
-    """The block moves `Search.block_moves` yields for `blocks`, in its order, counted in time linear in
-    the chain and built one at a time by index: an annealing walk draws one random move per step, and
-    listing every move of a long chain's plan (thousands, each a new tuple) cost more than simulating it."""
-
-    def __init__(self, blocks, kinds: tuple[str, ...], points: range | set[int]):
-        self.blocks, self.kinds, self.points = blocks, kinds, points
-        multi = {k for a, b, k in blocks if b - a > 1}
-        self.atoms = [kind for kind in kinds if kind in multi]
-        # the families' sizes now, their moves listed when a draw first falls in them: a walk rebuilds the set
-        # after every accepted move and draws from it a few times
-        shifts = singles = splits = merges = 0
-        span = isinstance(points, range)  # a range of points (step 1): count the overlap, not each point
-        for i, (a, b, k) in enumerate(blocks):
-            singles += b - a > 2
-            splits += (len(range(max(a + 1, points.start), min(b, points.stop))) if span
-                       else sum(p in points for p in range(a + 1, b)))
-            if i + 1 < len(blocks):
-                shifts += len(_relative_shifts(b - a, blocks[i + 1][1] - b))
-                merges += 1 if k == blocks[i + 1][2] else 2
-        self._lists: dict[int, list] = {}
-        self.sizes = [len(self.atoms), shifts, len(blocks) * (len(kinds) - 1), singles, splits * len(kinds), merges]
-
-    def _family(self, family: int) -> list:
-        """The moves of one family (1 shifts, 3 singles, 4 splits, 5 merges), in `Search.block_moves`' order."""
-        found = self._lists.get(family)
-        if found is None:
-            blocks = self.blocks
-            if family == 1:
-                found = [(i, d) for i in range(len(blocks) - 1)
-                         for d in _shifts(blocks[i][0], blocks[i][1], blocks[i + 1][1])]
-            elif family == 3:
-                found = [i for i, (a, b, _) in enumerate(blocks) if b - a > 2]
-            elif family == 4:
-                found = [(i, p) for i, (a, b, _) in enumerate(blocks) for p in range(a + 1, b) if p in self.points]
-            else:
-                found = [(i, kind) for i in range(len(blocks) - 1)
-                         for kind in dict.fromkeys((blocks[i][2], blocks[i + 1][2]))]
-            self._lists[family] = found
-        return found
-
-    def __len__(self) -> int:
-        return sum(self.sizes)
-
-    def __getitem__(self, index: int):
-        blocks, kinds = self.blocks, self.kinds
-        family = 0
-        while index >= self.sizes[family]:
-            index -= self.sizes[family]
-            family += 1
-        if family == 0:
-            kind = self.atoms[index]
-            return tuple(piece for a, b, k in blocks
-                         for piece in ([(g, g + 1, k) for g in range(a, b)] if k == kind else [(a, b, k)]))
-        if family == 1:
-            i, d = self._family(1)[index]
-            (a, m, k1), (_, b, k2) = blocks[i], blocks[i + 1]
-            return blocks[:i] + ((a, m + d, k1), (m + d, b, k2)) + blocks[i + 2:]
-        if family == 2:
-            i, rest = divmod(index, len(kinds) - 1)
-            a, b, k = blocks[i]
-            return blocks[:i] + ((a, b, [other for other in kinds if other != k][rest]),) + blocks[i + 1:]
-        if family == 3:
-            i = self._family(3)[index]
-            a, b, k = blocks[i]
-            return blocks[:i] + tuple((g, g + 1, k) for g in range(a, b)) + blocks[i + 1:]
-        if family == 4:
-            (i, p), other = self._family(4)[index // len(kinds)], kinds[index % len(kinds)]
-            a, b, k = blocks[i]
-            return blocks[:i] + ((a, p, k), (p, b, other)) + blocks[i + 1:]
-        i, kind = self._family(5)[index]
-        return blocks[:i] + ((blocks[i][0], blocks[i + 1][1], kind),) + blocks[i + 2:]

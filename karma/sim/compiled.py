@@ -174,7 +174,7 @@ def simulate_compiled(profile: Profile, plan: Plan, hw: Hardware, capacity: floa
         levels = list(zip(events[sequence, 0].tolist(),
                           np.cumsum(np.concatenate(([static], events[sequence, 2])))[1:].tolist(), strict=True))
     else:
-        end, peak, over, h2d, d2h, busy, uses = _summary(c.units, c.weight_prefix, c.size, c.index, *blocks_args)
+        end, peak, over, h2d, d2h, busy, uses = summary_kernel(c.units, c.weight_prefix, c.size, c.index, *blocks_args)
     used = sorted((rank, q) for q, rank in enumerate(uses) if rank >= 0)
     return Outcome(end=end, peak=peak, over_block=None if over < 0 else over,
                    busy={QUEUES[q]: busy[q] for _, q in used}, bytes_h2d=h2d, bytes_d2h=d2h, memory=levels)
@@ -211,7 +211,7 @@ def blocks_cost(fixed: tuple, blocks) -> tuple[float, float, bool]:
     c, scalars, flags = fixed
     bounds = [a for a, _, _ in blocks]
     bounds.append(blocks[-1][1])
-    end, peak, over, *_ = _summary(c.units, c.weight_prefix, c.size, c.index, np.array(bounds, dtype=np.int64),
+    end, peak, over, *_ = summary_kernel(c.units, c.weight_prefix, c.size, c.index, np.array(bounds, dtype=np.int64),
                                    np.array([KIND_CODES[k] for _, _, k in blocks], dtype=np.int64), scalars, flags)
     return end, peak, over < 0
 
@@ -221,7 +221,7 @@ def compile_now() -> None:
     (tens of seconds once per installation, then a fraction of a second per process). Test runs call it
     once before their workers start (tests/conftest.py), so that the workers load what it cached."""
     flags = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 0], dtype=np.int64)
-    _summary(np.zeros((len(ROWS), 1)), np.zeros((3, 2), dtype=np.int64), np.zeros(0),
+    summary_kernel(np.zeros((len(ROWS), 1)), np.zeros((3, 2), dtype=np.int64), np.zeros(0),
              np.zeros((4, 2), dtype=np.int64), np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int64),
              np.ones(11), flags)
 
@@ -474,8 +474,9 @@ def _prefetch(fs, ist, ev, qh2d, k, issue, streamed, policy, host_ckpt, swap_out
 
 
 @njit(cache=True)
-def _summary(uf, wprefix, size, index, bounds, codes, sc, fl):
-    """_iteration's numbers only, as plain values: no array handed back to Python (each costs a conversion)."""
+def summary_kernel(uf, wprefix, size, index, bounds, codes, sc, fl):
+    """_iteration's numbers only, as plain values: no array handed back to Python (each costs a conversion); the
+    kernel a compiled search calls too (karma/planner/walk.py)."""
     end, peak, over, fs, ist, h2d, d2h, _ = _iteration(uf, wprefix, size, index, bounds, codes, sc, fl)
     busy = (fs[_BUSY], fs[_BUSY + 1], fs[_BUSY + 2], fs[_BUSY + 3], fs[_BUSY + 4], fs[_BUSY + 5])
     uses = (ist[0], ist[1], ist[2], ist[3], ist[4], ist[5])

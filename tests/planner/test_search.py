@@ -1,13 +1,16 @@
-"""The local search's neighbourhood (karma/planner/search.py): the annealing walks draw a random move by
-index (`MoveSet`, `Search._neighbour`) instead of listing every move; the drawn moves must be exactly the
-listed ones, in the same order, so that a walk samples the neighbourhood the descents scan."""
+"""The local search's neighbourhood (karma/planner/search.py): the compiled annealing walks
+(karma/planner/walk.py) draw a random move by index instead of listing every move; the moves they can draw must
+be exactly the listed ones, so that a walk samples the neighbourhood the descents scan."""
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from karma.plan.space import KINDS, Space, blocks_from_runs
-from karma.planner.search import MoveSet, Search
+from karma.planner.search import Search
+from karma.planner.walk import LETTERS, moves
 from karma.profile.profile import Profile
+from karma.sim.compiled import KIND_CODES
 from tests.chains import V100, make_unit
 from tests.fuzz import examples
 
@@ -35,11 +38,14 @@ def test_a_move_drawn_by_index_is_the_listed_move_of_that_index(case):
                       units=units)
     search = Search(profile, V100, 16e9, space, near=near, combos=combos)
     listed = list(search.block_moves(state[0]))
-    moves = MoveSet(state[0], space.kinds, search._split_points(state[0]))
-    assert [moves[i] for i in range(len(moves))] == listed
-    others = [(d, w) for d in space.depths for w in space.layouts if (d, w) != state[1:]]
-    neighbours = list(search.neighbours(state))
-    assert [search._neighbour(state, moves, others, i) for i in range(len(neighbours))] == neighbours
+    blocks = state[0]
+    bounds = np.array([a for a, _, _ in blocks] + [n], dtype=np.int64)
+    codes = np.array([KIND_CODES[k] for *_, k in blocks], dtype=np.int64)
+    rows_b, rows_c, counts = moves(bounds, codes, np.array([KIND_CODES[k] for k in space.kinds], dtype=np.int64),
+                                   -1 if near is None else near)
+    drawn = [tuple((int(b[i]), int(b[i + 1]), LETTERS[int(c[i])]) for i in range(m))
+             for b, c, m in zip(rows_b, rows_c, counts, strict=True)]
+    assert drawn == listed
 
 
 def test_a_plan_over_the_capacity_is_not_repaired_it_descends_towards_a_fit():
