@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from karma.core.errors import KarmaError, choose
-from karma.core.precision import check as check_precision
 from karma.core.precision import to_precision
+from karma.core.precision_bytes import check as check_precision
 from models.chain import GRANULARITIES, ChainModel, ModelSpec, sequential
 from models.gpt import GPT_SPECS
 from models.preact_resnet import RESNET1001

@@ -39,8 +39,8 @@ import yaml
 from torch import nn
 
 from karma.core.errors import KarmaError
-from karma.core.precision import check as check_precision
 from karma.core.precision import to_precision
+from karma.core.precision_bytes import check as check_precision
 from models.auto_chain import auto_units
 from models.chain import ChainModel, random_images, sequential
 

@@ -1,6 +1,6 @@
 """Shared test settings: one torch thread (docs/machine.md: 2 cores, avoid oversubscription); the compiled
-simulator, recompute program and annealing walk compiled once, before pytest-xdist starts its workers (each would compile
-them otherwise)."""
+simulator, recompute program and annealing walk compiled once, before pytest-xdist starts its workers (each
+would compile them otherwise)."""
 
 import pytest
 import torch

@@ -38,7 +38,7 @@ from karma.cli.regress import cmd_compare, cmd_reference
 from karma.core.errors import KarmaError, choose
 from karma.core.files import write_atomic
 from karma.core.hardware import load, preset_names
-from karma.core.precision import PROFILE_DTYPE
+from karma.core.precision_bytes import PROFILE_DTYPE
 from karma.parallel.megatron_model import Layout, best_layout, simulate_layout
 from karma.parallel.tensor_parallel import check_degree
 from karma.plan.plan import Plan

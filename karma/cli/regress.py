@@ -10,8 +10,8 @@ import pandas as pd
 
 from karma.core.errors import KarmaError
 from karma.core.files import read_text, write_atomic
+from karma.report.markdown import to_markdown
 from karma.report.regress import FAILING, SHOWN, collect, compare, summary
-from karma.report.tables import to_markdown
 
 
 def cmd_reference(args) -> None:

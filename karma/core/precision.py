@@ -31,32 +31,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
-from karma.core.errors import KarmaError, choose
+from karma.core.errors import KarmaError
+from karma.core.precision_bytes import MASTER_BYTES, STATE_TENSORS, check, mixed
 
 #: precision name (CLI, config) -> torch dtype of compute and activations
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-#: precision name -> Profile.dtype
-PROFILE_DTYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-PRECISION_OF = {v: k for k, v in PROFILE_DTYPE.items()}
-MASTER_BYTES = 4  # fp32 master weights and optimizer state
-#: bytes of optimizer state per fp32 weight: SGD momentum 1, Adam's two moments 2 (Kingma & Ba 2015)
-STATE_TENSORS = {"sgd": 1, "adam": 2}
-
-
-def check(precision: str) -> str:
-    choose("precision", precision, DTYPES)
-    return precision
-
-
-def precision_of(dtype: str) -> str:
-    """'bfloat16' (a Profile's dtype) -> 'bf16'."""
-    if dtype not in PRECISION_OF:
-        raise KarmaError(f"unknown dtype {dtype!r}; valid: {', '.join(PRECISION_OF)}")
-    return PRECISION_OF[dtype]
-
-
-def mixed(precision: str) -> bool:
-    return check(precision) != "fp32"
 
 
 def keeps_fp32(module: torch.nn.Module) -> bool:
@@ -89,16 +68,6 @@ def optimizer_bytes(params, optimizer: str) -> int:
         n = p.numel()
         total += k * MASTER_BYTES * n + (MASTER_BYTES * n if p.element_size() < MASTER_BYTES else 0)
     return total
-
-
-def master_bytes(param_bytes: float, optimizer_bytes: float, optimizer: str) -> float:
-    """fp32 bytes of the master weights behind `param_bytes` of weights, from the two byte counts
-    of a profile: with n16 16-bit and n32 fp32 weights, P = 2 n16 + 4 n32 and O = (4 + 4k) n16 +
-    4k n32, so n16 = (O - kP) / (4 + 2k) and the masters are P + 2 n16 (P itself in fp32, where
-    O = kP). Exact for either precision and linear, so it holds for sums of units too."""
-    k = STATE_TENSORS[optimizer]
-    n16 = max(optimizer_bytes - k * param_bytes, 0.0) / (4 + 2 * k)
-    return param_bytes + 2 * n16
 
 
 class MetaAutocast(TorchFunctionMode):

@@ -31,7 +31,7 @@ from collections import Counter
 import pandas as pd
 
 from karma.core.hardware import Hardware
-from karma.core.precision import precision_of
+from karma.core.precision_bytes import precision_of
 from karma.experiments.speedups import geomean
 from karma.parallel.megatron_model import best_layout, layout_flops, recompute_flops
 from karma.plan.plan import Plan

@@ -28,7 +28,8 @@ from karma.core.errors import KarmaError
 from karma.core.hardware import Hardware, load
 from karma.experiments.bound_schedule import schedule_rows, verdict
 from karma.experiments.cases import CASES, RESNET1001_LAYERS, Case
-from karma.experiments.planner_gap import long_search, write_rows
+from karma.experiments.long_search import long_search
+from karma.experiments.planner_gap import write_rows
 from karma.experiments.window_check import WindowCheck, check
 from karma.plan.plan import Plan
 from karma.planner.planner import plan

@@ -14,7 +14,7 @@ import pandas as pd
 
 from karma.core.errors import KarmaError
 from karma.core.hardware import Hardware
-from karma.experiments.planner_gap import BOUND_TARGET, blame, long_search
+from karma.experiments.long_search import BOUND_TARGET, blame, long_search
 from karma.profile.profile import Profile
 from karma.sim.bound import lower_bound
 from karma.strategies import Outcome, run_strategy

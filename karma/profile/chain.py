@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from karma.core.precision import PROFILE_DTYPE, mixed, optimizer_bytes
+from karma.core.precision import optimizer_bytes
+from karma.core.precision_bytes import PROFILE_DTYPE, mixed
 from karma.core.storages import storage_bytes, storage_key
 from karma.profile.profile import Profile, UnitProfile
 from karma.profile.trace import UnitTrace, next_input, trace_unit, unit_signature

@@ -13,7 +13,7 @@ import pandas as pd
 
 from karma.core.hardware import Hardware
 from karma.experiments.reach import LIMIT_FACTOR, SEARCH_WORK
-from karma.report.tables import to_markdown
+from karma.report.markdown import to_markdown
 
 
 def published() -> pd.DataFrame:

@@ -14,6 +14,7 @@ from karma.core.hardware import Hardware
 from karma.experiments.scaling import interpolate
 from karma.profile.analytic import analytic_profile
 from karma.profile.profile import Profile
+from karma.report.markdown import to_markdown
 from karma.runtime.emulation import TERM_SLUGS
 from karma.sim.simulate import in_core_peak_bytes
 from models.registry import build
@@ -64,19 +65,6 @@ def measured_rows(profiles: list[Profile]) -> pd.DataFrame:
             "source": p.label,
         })
     return pd.DataFrame(rows)
-
-
-def to_markdown(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
-    return df.to_markdown(index=False, floatfmt=floatfmt)
-
-
-def markdown_report(title: str, intro: list[str], table: pd.DataFrame) -> str:
-    """A titled Markdown page: intro lines, the table, its source (a column of its own when rows differ)."""
-    sources = list(dict.fromkeys(table.source)) if "source" in table else []
-    if len(sources) > 1:
-        return "\n".join([f"# {title}", "", *intro, "", to_markdown(table)]) + "\n"
-    body = to_markdown(table.drop(columns=["source"], errors="ignore"))
-    return "\n".join([f"# {title}", "", *intro, "", body, "", f"Source: {sources[0] if sources else ''}"]) + "\n"
 
 
 def memory_vs_batch(profiles: list[Profile], hw: Hardware, points: int = 12) -> pd.DataFrame:

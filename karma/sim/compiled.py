@@ -24,7 +24,7 @@ from numba import njit, types
 from numba.typed import Dict
 
 from karma.core.hardware import Hardware
-from karma.core.precision import STATE_TENSORS
+from karma.core.precision_bytes import STATE_TENSORS
 from karma.plan.plan import Plan
 from karma.plan.space import POLICY
 from karma.profile.profile import OPTIMIZER_STATE_FACTOR, Profile, input_gradient_bytes

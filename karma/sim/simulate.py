@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 
 from karma.core.errors import KarmaError
 from karma.core.hardware import Hardware
-from karma.core.precision import master_bytes
+from karma.core.precision_bytes import master_bytes
 from karma.plan.plan import Plan, from_policies
 from karma.profile.profile import OPTIMIZER_STATE_FACTOR, Profile, input_gradient_bytes
 from karma.sim.block_bytes import BlockBytes, block_bytes

@@ -12,13 +12,8 @@ from hypothesis import strategies as st
 import karma.profile.trace as unit_trace
 from karma.cli.main import main
 from karma.core.hardware import load
-from karma.core.precision import (
-    LossScaler,
-    MetaAutocast,
-    MixedPrecisionOptimizer,
-    master_bytes,
-    optimizer_bytes,
-)
+from karma.core.precision import LossScaler, MetaAutocast, MixedPrecisionOptimizer, optimizer_bytes
+from karma.core.precision_bytes import master_bytes
 from karma.plan.plan import from_policies
 from karma.profile.analytic import analytic_profile
 from karma.profile.chain import UnitTimes, profile_chain

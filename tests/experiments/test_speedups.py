@@ -9,7 +9,7 @@ import pytest
 from karma.core.errors import KarmaError
 from karma.core.hardware import load
 from karma.experiments import speedups
-from karma.experiments.planner_gap import blame
+from karma.experiments.long_search import blame
 from karma.profile.profile import Profile
 from tests.chains import make_unit
 

@@ -7,7 +7,7 @@ sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake inje
 from _log import logged  # noqa: E402
 
 from karma.experiments.calibration import FIT_ROWS, TOLERANCE, table  # noqa: E402
-from karma.report.tables import markdown_report  # noqa: E402
+from karma.report.markdown import markdown_report  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):

@@ -9,7 +9,7 @@ from _log import logged  # noqa: E402
 from karma.core.hardware import load  # noqa: E402
 from karma.experiments.speedups import compare  # noqa: E402
 from karma.profile.profile import Profile  # noqa: E402
-from karma.report.tables import to_markdown  # noqa: E402
+from karma.report.markdown import to_markdown  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):

@@ -8,8 +8,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake injects it)
 from _log import logged  # noqa: E402
 
+from karma.report.markdown import markdown_report  # noqa: E402
 from karma.report.regress import DP_RATIO_TARGET  # noqa: E402
-from karma.report.tables import markdown_report  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):

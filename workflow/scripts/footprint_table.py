@@ -9,7 +9,8 @@ from _log import logged  # noqa: E402
 from karma.core.hardware import load  # noqa: E402
 from karma.profile.profile import Profile  # noqa: E402
 from karma.report.figures import footprint_figure, memory_vs_batch_figure  # noqa: E402
-from karma.report.tables import footprint_rows, measured_rows, memory_vs_batch, to_markdown  # noqa: E402
+from karma.report.markdown import to_markdown  # noqa: E402
+from karma.report.tables import footprint_rows, measured_rows, memory_vs_batch  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):

@@ -10,7 +10,7 @@ from karma.core.hardware import load  # noqa: E402
 from karma.experiments.large_nlp import compare  # noqa: E402
 from karma.plan.plan import Plan  # noqa: E402
 from karma.profile.profile import Profile  # noqa: E402
-from karma.report.tables import to_markdown  # noqa: E402
+from karma.report.markdown import to_markdown  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):

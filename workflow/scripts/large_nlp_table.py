@@ -11,7 +11,7 @@ from _log import logged  # noqa: E402
 from karma.core.hardware import figure_sources  # noqa: E402
 from karma.experiments.large_nlp import ratios, summary  # noqa: E402
 from karma.report.figures import large_nlp_figure, whatif_figure  # noqa: E402
-from karma.report.tables import to_markdown  # noqa: E402
+from karma.report.markdown import to_markdown  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):

@@ -9,8 +9,9 @@ sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake inje
 from _log import logged  # noqa: E402
 
 from karma.report.figures import measured_vs_predicted_figure  # noqa: E402
+from karma.report.markdown import markdown_report  # noqa: E402
 from karma.report.regress import PEAK_BELOW_TARGET, PEAK_TARGET, STEP_SCALE_TARGET, STEP_TIME_TARGET  # noqa: E402
-from karma.report.tables import markdown_report, step_terms_markdown, step_terms_rows  # noqa: E402
+from karma.report.tables import step_terms_markdown, step_terms_rows  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):

@@ -11,7 +11,7 @@ from karma.experiments.scaling import sweep  # noqa: E402
 from karma.plan.plan import Plan  # noqa: E402
 from karma.profile.analytic import analytic_profile  # noqa: E402
 from karma.profile.profile import Profile  # noqa: E402
-from karma.report.tables import to_markdown  # noqa: E402
+from karma.report.markdown import to_markdown  # noqa: E402
 from models.registry import build  # noqa: E402
 
 sm = snakemake  # noqa: F821

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(snakemake.scriptdir)))  # noqa: F821 (snakemake inje
 from _log import logged  # noqa: E402
 
 from karma.report.figures import scaling_figure  # noqa: E402
-from karma.report.tables import to_markdown  # noqa: E402
+from karma.report.markdown import to_markdown  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):

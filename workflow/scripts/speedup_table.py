@@ -10,7 +10,7 @@ from _log import logged  # noqa: E402
 
 from karma.experiments.speedups import error_bands, headline, summary, with_margins  # noqa: E402
 from karma.report.figures import speedup_figure  # noqa: E402
-from karma.report.tables import to_markdown  # noqa: E402
+from karma.report.markdown import to_markdown  # noqa: E402
 
 sm = snakemake  # noqa: F821
 with logged(sm):

@@ -12,7 +12,7 @@ import torch  # noqa: E402
 from _log import logged  # noqa: E402
 
 from karma.profile.measured import measured_profile  # noqa: E402
-from karma.report.tables import to_markdown  # noqa: E402
+from karma.report.markdown import to_markdown  # noqa: E402
 from karma.runtime.emulation import EmulatedRunner, validate  # noqa: E402
 from karma.runtime.rates import cpu_rates  # noqa: E402
 from models import build  # noqa: E402

@@ -11,7 +11,7 @@ import torch  # noqa: E402
 from _log import logged  # noqa: E402
 
 from karma.profile.measured import measured_profile  # noqa: E402
-from karma.report.tables import to_markdown  # noqa: E402
+from karma.report.markdown import to_markdown  # noqa: E402
 from karma.runtime import cuda  # noqa: E402
 from karma.runtime.emulation import EmulatedRunner, default_link_bandwidth, validate  # noqa: E402
 from karma.runtime.rates import cpu_rates, cuda_rates  # noqa: E402
