@@ -80,7 +80,7 @@ def test_lint_is_clean(tmp_path):
 def test_dry_run_plans_every_profile(tmp_path):
     proc = run(copy_workflow(tmp_path), "-n", "--cores", "1")
     assert proc.returncode == 0, proc.stderr
-    for rule in ["profile_analytic", "profile_measured", "footprint_table", "compare_strategies", "speedup_table",
+    for rule in ["profile_analytic", "footprint_table", "compare_strategies", "speedup_table",
                  "gantt", "validate_runtime", "runtime_table", "scaling", "scaling_table", "validate_distributed",
                  "distributed_table", "large_nlp", "large_nlp_whatif", "validate_tensor_parallel",
                  "large_nlp_table", "regression"]:

@@ -78,8 +78,12 @@ def analytic_profiles(wildcards):
 
 
 def measured_profiles(wildcards):
+    """Every profile the run measures: `measured.models`' (their own rule) and the runtime validation's (each model
+    measured once, at its runtime batch, and used by both tables)."""
     size = config["measured"]["size"]
-    return expand("results/profiles/measured/{size}/{model}.json", size=size, model=config["measured"]["models"])
+    return expand("results/profiles/measured/{size}/{model}.json", size=size,
+                  model=config["measured"]["models"]) + expand("results/runtime/{model}.profile.json",
+                                                               model=config["runtime"]["models"])
 
 
 def strategy_tables(wildcards):

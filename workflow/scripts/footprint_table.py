@@ -1,4 +1,4 @@
-"""Snakemake script: footprint table (CSV + Markdown), measured table and figure."""
+"""Snakemake script: footprint table (CSV + Markdown), the table of every profile the run measured, and figures."""
 
 import sys
 from pathlib import Path
@@ -25,7 +25,8 @@ with logged(sm):
         f"({hw.device_memory / 1e9:.0f} GB usable). `times_over_capacity` = in-core peak / device memory; "
         f"`fwd_bwd_s` is one iteration's compute time if memory were unlimited.\n\n"
         f"{to_markdown(paper)}\n\n"
-        f"# Small presets measured on this machine\n\n{to_markdown(measured)}\n"
+        f"# Profiles measured on this machine\n\nThe runtime validation's (each model at its runtime batch) and "
+        f"`measured.models`' (config/README.md).\n\n{to_markdown(measured)}\n"
     )
     footprint_figure(paper, hw.name, Path(sm.output.figure))
     curves = memory_vs_batch([Profile.from_json(p) for p in sm.input.analytic], hw)
