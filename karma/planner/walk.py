@@ -59,6 +59,7 @@ def _splittable(bounds, i, near, n, p):
 
 @njit(cache=True)
 def _split_count(bounds, i, near, n):
+    """How many points block i may be split at."""
     count = 0
     for p in range(bounds[i] + 1, bounds[i + 1]):
         if _splittable(bounds, i, near, n, p):
@@ -93,6 +94,7 @@ def _sizes(bounds, codes, nb, kinds, near, buf, sizes):
 
 @njit(cache=True)
 def _emit(out_b, out_c, m, a, b, code):
+    """Block [a, b) of kind `code` into output slot m; the next slot."""
     out_b[m] = a
     out_c[m] = code
     out_b[m + 1] = b
@@ -101,6 +103,7 @@ def _emit(out_b, out_c, m, a, b, code):
 
 @njit(cache=True)
 def _units(out_b, out_c, m, a, b, code):
+    """[a, b) as one block per group, all of kind `code`, from output slot m; the next slot."""
     for g in range(a, b):
         m = _emit(out_b, out_c, m, g, g + 1, code)
     return m
@@ -206,6 +209,7 @@ def _mix(h, x):
 
 @njit(cache=True)
 def _key(bounds, codes, nb, combo):
+    """The memo key of a state: its blocks' bounds and kinds and its (depth, layout) combination."""
     h = _mix(np.uint64(0x12345), combo)
     for i in range(nb):
         h = _mix(h, bounds[i] * 8 + codes[i])
