@@ -20,7 +20,6 @@ GAP_TARGET = 0.5
 BOUND_TARGET = 1.05
 
 
-
 def planned(profile: Profile, hw: Hardware, capacity: float | None = None,
             config: PlannerConfig | None = None) -> tuple[float, float]:
     """(simulated iteration time, CPU seconds to plan) of `plan(profile, ..., config=config)`; inf if nothing fits."""

@@ -35,7 +35,7 @@ from karma.plan.space import LAYOUTS, Space, State
 from karma.planner.config import PlannerConfig
 from karma.planner.walk import LETTERS, walk
 from karma.profile.profile import Profile
-from karma.sim.compiled import KIND_CODES, blocks_cost, constants
+from karma.sim.compiled import KIND_CODES, block_arrays, blocks_cost, constants
 
 INFEASIBLE = 1e9
 
@@ -237,9 +237,7 @@ class Search:
         combos = [(d, w) for d in space.depths for w in space.layouts]
         fixed = [self._fixed(d, w) for d, w in combos]
         c = fixed[0][0]
-        blocks = best[0]
-        bounds = np.array([a for a, _, _ in blocks] + [blocks[-1][1]], dtype=np.int64)
-        codes = np.array([KIND_CODES[k] for _, _, k in blocks], dtype=np.int64)
+        bounds, codes = block_arrays(best[0])
         overlapping = np.array([space.depths.index(d) for d in self.overlapping], dtype=np.int64)
         found_b, found_c, combo, simulated, frugal = walk(
             c.units, c.weight_prefix, c.size, c.index, np.stack([f[1] for f in fixed]),

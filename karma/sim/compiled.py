@@ -209,11 +209,17 @@ def blocks_cost(fixed: tuple, blocks) -> tuple[float, float, bool]:
     search asks of each of its states, without building a Plan (karma/planner/search.py; the same kernel as
     `simulate_compiled`)."""
     c, scalars, flags = fixed
+    end, peak, over, *_ = summary_kernel(c.units, c.weight_prefix, c.size, c.index, *block_arrays(blocks), scalars,
+                                         flags)
+    return end, peak, over < 0
+
+
+def block_arrays(blocks) -> tuple[np.ndarray, np.ndarray]:
+    """Blocks (start, stop, kind letter) as the kernels take them: the bounds (every start, then the last stop)
+    and the kind codes."""
     bounds = [a for a, _, _ in blocks]
     bounds.append(blocks[-1][1])
-    end, peak, over, *_ = summary_kernel(c.units, c.weight_prefix, c.size, c.index, np.array(bounds, dtype=np.int64),
-                                   np.array([KIND_CODES[k] for _, _, k in blocks], dtype=np.int64), scalars, flags)
-    return end, peak, over < 0
+    return np.array(bounds, dtype=np.int64), np.array([KIND_CODES[k] for _, _, k in blocks], dtype=np.int64)
 
 
 def compile_now() -> None:
@@ -222,8 +228,8 @@ def compile_now() -> None:
     once before their workers start (tests/conftest.py), so that the workers load what it cached."""
     flags = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 0], dtype=np.int64)
     summary_kernel(np.zeros((len(ROWS), 1)), np.zeros((3, 2), dtype=np.int64), np.zeros(0),
-             np.zeros((4, 2), dtype=np.int64), np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int64),
-             np.ones(11), flags)
+                   np.zeros((4, 2), dtype=np.int64), np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int64),
+                   np.ones(11), flags)
 
 
 # ----------------------------------------------------------------------------------------------------------
